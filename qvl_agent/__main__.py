@@ -1,0 +1,3 @@
+from qvl_agent.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,76 @@
+"""The `qvl-agent` command. Each subcommand lives in `qvl_agent/commands/<name>.py` and exposes
+`register(subparsers)`, which adds its parser and sets `func(args, settings) -> int`.
+
+Errors that qvl-agent raises on purpose reach the person as one sentence on stderr and an exit code
+(0 ok, 1 task failed, 2 bad input or usage); nothing else prints a traceback unless --debug is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from qvl_agent import __version__, config
+from qvl_agent.errors import QvlError
+
+# Subcommand modules, in the order `--help` lists them.
+COMMANDS = ["ask", "run", "browse", "playwright", "trace", "tray", "serve", "doctor", "bench"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse exits 2 too; keep its one-line message
+        self.print_usage(sys.stderr)
+        self.exit(2, f"qvl-agent: {message}\n")
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """--model and --engine, shared by every command that talks to a model."""
+    parser.add_argument("--model", help="model id or local directory (default: Qwen/Qwen3-VL-2B-Instruct)")
+    parser.add_argument("--engine", help="local (default), replay:FILE or openai:URL")
+    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="qvl-agent", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"qvl-agent {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"qvl_agent.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"qvl_agent.commands.{name}":
+                continue  # a command this build does not ship
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        loaded = config.load()
+        if loaded.notice:
+            print(f"qvl-agent: {loaded.notice}", file=sys.stderr)
+        settings = config.replace(
+            loaded.settings,
+            model=getattr(args, "model", None),
+            engine=getattr(args, "engine", None),
+            device=getattr(args, "device", None),
+        )
+        return int(args.func(args, settings) or 0)
+    except QvlError as exc:
+        if args.debug:
+            raise
+        print(f"qvl-agent: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("qvl-agent: interrupted.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

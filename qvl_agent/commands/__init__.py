@@ -1,0 +1,1 @@
+"""One module per `qvl-agent` subcommand; see `qvl_agent.cli`."""

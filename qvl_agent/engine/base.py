@@ -1,0 +1,150 @@
+"""The engine contract every backend keeps: local transformers, remote OpenAI-compatible, replay.
+
+An `Engine` is built once and held resident. A `Session` is one conversation: it is opened on zero or
+more images, and each `ask` appends a user turn (text plus optional new images, e.g. the next screenshot
+of an agent step) and streams the assistant's reply as text pieces. After the stream ends,
+`session.last_stats` holds that turn's `TurnStats`. `cancel()` may be called from any thread; the
+running turn then stops at the next token and raises `GenerationCancelled` from the stream.
+
+This module knows nothing about torch, HTTP or files: backends live beside it.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+from qvl_agent.capture import Screenshot
+
+STATS_KEYS = (
+    "preprocess_ms",
+    "vision",
+    "vision_ms",
+    "prefill_tokens",
+    "ttft_ms",
+    "decode_tokens",
+    "decode_tokens_per_s",
+    "total_ms",
+)
+
+
+@dataclass(frozen=True)
+class TurnStats:
+    """What one turn cost. `vision` is "hit" when every image's features came from the cache, "miss"
+    when the vision tower ran, "none" for a turn without new images."""
+
+    preprocess_ms: float = 0.0
+    vision: str = "none"
+    vision_ms: float = 0.0
+    prefill_tokens: int = 0  # tokens actually run through the model before the first new token
+    ttft_ms: float = 0.0
+    decode_tokens: int = 0
+    decode_tokens_per_s: float = 0.0
+    total_ms: float = 0.0
+    prompt_tokens: int = 0  # the whole context before this turn's reply
+    cached_tokens: int = 0  # of those, how many came from a reused KV cache
+
+    def as_dict(self) -> dict:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One user turn and the reply it got, as the session remembers it."""
+
+    text: str
+    images: tuple[Screenshot, ...]
+    reply: str
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    max_new_tokens: int = 512
+    temperature: float = 0.0  # 0 means greedy
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    min_new_tokens: int = 0  # benchmarks force fixed lengths; nobody else should need this
+
+
+class Session(ABC):
+    """One conversation with the engine. Not thread-safe except `cancel`."""
+
+    def __init__(self, images: Sequence[Screenshot] = (), system: str | None = None, tools: list | None = None):
+        self.id = uuid.uuid4().hex
+        self.system = system
+        self.tools = tools
+        self.pending_images: tuple[Screenshot, ...] = tuple(images)  # shown with the first question
+        self.turns: list[Turn] = []
+        self.last_stats: TurnStats | None = None
+        self._cancel = threading.Event()
+
+    def ask(
+        self,
+        text: str,
+        images: Sequence[Screenshot] = (),
+        options: GenerationOptions | None = None,
+    ) -> Iterator[str]:
+        """Stream the reply to `text` (plus `images`, shown before the text) as text pieces."""
+        images = self.pending_images + tuple(images)
+        self.pending_images = ()
+        self._cancel.clear()
+        pieces: list[str] = []
+        try:
+            for piece in self._generate(text, images, options or GenerationOptions()):
+                pieces.append(piece)
+                yield piece
+        finally:
+            self.turns.append(Turn(text, images, "".join(pieces)))
+
+    def complete(self, text: str, images: Sequence[Screenshot] = (), options: GenerationOptions | None = None) -> str:
+        """The whole reply at once."""
+        return "".join(self.ask(text, images, options))
+
+    def cancel(self) -> None:
+        """Stop the running turn at its next token. Safe from any thread."""
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def close(self) -> None:
+        """Free what the session holds (KV cache). The session cannot be used afterwards."""
+
+    @abstractmethod
+    def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
+        """Yield the reply's text pieces and set `self.last_stats` before returning."""
+
+
+class Engine(ABC):
+    """A resident model. `name` identifies what answers (model id, server URL or replay file)."""
+
+    name: str = "engine"
+
+    @abstractmethod
+    def open_session(
+        self, images: Sequence[Screenshot] = (), system: str | None = None, tools: list | None = None
+    ) -> Session:
+        """A new, isolated conversation about `images`."""
+
+    def close(self) -> None:
+        """Release the model and every session."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class Request:
+    """What a session was asked, as recorded by the replay engine (tests check what the model saw)."""
+
+    session_id: str
+    system: str | None
+    text: str
+    image_hashes: list[str] = field(default_factory=list)
