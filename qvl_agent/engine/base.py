@@ -103,6 +103,13 @@ class Session(ABC):
         """The whole reply at once."""
         return "".join(self.ask(text, images, options))
 
+    def add_turn(self, text: str, images: Sequence[Screenshot] = (), reply: str = "") -> None:
+        """Record a turn that happened elsewhere (a stateless client's history) without generating.
+        The next `ask` sees it as context; engines that keep a KV cache reuse whatever prefix matches."""
+        images = self.pending_images + tuple(images)
+        self.pending_images = ()
+        self.turns.append(Turn(text, images, reply))
+
     def cancel(self) -> None:
         """Stop the running turn at its next token. Safe from any thread."""
         self._cancel.set()
