@@ -1,0 +1,196 @@
+"""Randomly initialised Qwen3-VL models with a locally trained tokenizer: the tiny model the tests load
+and the real 2B shape the benchmark times (latency does not depend on the weights' values).
+
+Everything here is saved with `save_pretrained` and loaded back through the same code path as real
+weights (`Qwen3VLEngine.load`). The tokenizer is a byte-level BPE trained on a small built-in corpus and
+carries Qwen's special tokens; the chat template is a Qwen3-VL look-alike with image and tool support.
+Real weights bring the official tokenizer and template instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+]
+# Not special in Qwen's vocabulary (they must survive skip_special_tokens), but single tokens.
+ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+
+# A Qwen3-VL-style template: system (+ tools), user turns with images, assistant turns, tool responses.
+CHAT_TEMPLATE = (
+    "{%- set image_count = namespace(value=0) -%}"
+    "{%- macro render(content) -%}"
+    "{%- if content is string -%}{{- content -}}"
+    "{%- else -%}{%- for part in content -%}"
+    "{%- if part.type == 'image' or 'image' in part or 'image_url' in part -%}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{%- elif part.type == 'text' -%}{{- part.text -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- if tools -%}"
+    "<|im_start|>system\n"
+    "{%- if messages[0].role == 'system' -%}{{- render(messages[0].content) + '\n\n' -}}{%- endif -%}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{%- for tool in tools -%}\n{{- tool | tojson -}}{%- endfor -%}"
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n"
+    "{%- elif messages[0].role == 'system' -%}"
+    "<|im_start|>system\n{{- render(messages[0].content) -}}<|im_end|>\n"
+    "{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- if message.role == 'system' and loop.first -%}"
+    "{%- elif message.role == 'tool' -%}"
+    "<|im_start|>user\n<tool_response>\n{{- render(message.content) -}}\n</tool_response><|im_end|>\n"
+    "{%- else -%}"
+    "<|im_start|>{{- message.role -}}\n{{- render(message.content) -}}<|im_end|>\n"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+)
+
+_CORPUS = """\
+The screen shows a window with a title bar, a menu, buttons and text fields. Click the button labelled OK.
+What is on this screen? It looks like a settings dialog with a checkbox and a Save button at the bottom.
+<tool_call>
+{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [512, 384]}}
+</tool_call>
+{"action": "type", "text": "hello world"} {"action": "key", "keys": ["ctrl", "s"]} scroll pixels -300
+{"bbox_2d": [120, 40, 360, 88], "label": "Search field"} {"point_2d": [500, 500]} terminate success failure
+Thought: I need to open the File menu first. Action: click File. The answer is 42. Yes, no, maybe.
+The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 10 100 1000 , . : ; ! ? ( ) [ ] { } " '
+"""
+
+
+def build_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer with Qwen's special tokens, trained here in well under a second."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=SPECIAL_TOKENS[1:],
+    )
+    fast.add_tokens(ADDED_TOKENS)
+    return fast
+
+
+def build_processor(tokenizer=None):
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    tokenizer = tokenizer or build_tokenizer()
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=16,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+        size={"shortest_edge": 65_536, "longest_edge": 16_777_216},
+    )
+    video_processor = Qwen3VLVideoProcessor(patch_size=16, temporal_patch_size=2, merge_size=2)
+    return Qwen3VLProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def _token_ids(tokenizer) -> dict:
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>",
+                                                           "<|vision_end|>", "<|im_end|>", "<|endoftext|>")}
+    return {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "eos": [ids["<|im_end|>"], ids["<|endoftext|>"]],
+        "pad": ids["<|endoftext|>"],
+    }
+
+
+def tiny_config(tokenizer):
+    """A few-MB Qwen3-VL: the real architecture (DeepStack, interleaved M-RoPE), tiny widths."""
+    from transformers import Qwen3VLConfig
+
+    ids = _token_ids(tokenizer)
+    return Qwen3VLConfig(
+        text_config=dict(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+            rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [4, 2, 2],
+                             "mrope_interleaved": True},
+            eos_token_id=ids["eos"], pad_token_id=ids["pad"], bos_token_id=ids["pad"],
+        ),
+        vision_config=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
+            temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256, deepstack_visual_indexes=[0, 1],
+        ),
+        image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"],
+        vision_start_token_id=ids["vision_start_token_id"], vision_end_token_id=ids["vision_end_token_id"],
+        tie_word_embeddings=True,
+    )
+
+
+def qwen3vl_2b_config(tokenizer):
+    """The real Qwen3-VL-2B-Instruct shape (DESIGN.md), with this tokenizer's special-token ids."""
+    from transformers import Qwen3VLConfig
+
+    ids = _token_ids(tokenizer)
+    return Qwen3VLConfig(
+        text_config=dict(
+            vocab_size=151_936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+            num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=262_144,
+            rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
+                             "mrope_interleaved": True},
+            eos_token_id=ids["eos"], pad_token_id=ids["pad"], bos_token_id=ids["pad"], dtype="bfloat16",
+        ),
+        vision_config=dict(
+            depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16, spatial_merge_size=2,
+            temporal_patch_size=2, out_hidden_size=2048, num_position_embeddings=2304,
+            deepstack_visual_indexes=[5, 11, 17],
+        ),
+        image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"],
+        vision_start_token_id=ids["vision_start_token_id"], vision_end_token_id=ids["vision_end_token_id"],
+        tie_word_embeddings=True,
+        dtype="bfloat16",
+    )
+
+
+def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> Path:
+    """Build a random Qwen3-VL of `shape` ("tiny" or "2b") and save model + processor to `path`."""
+    import torch
+    from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
+
+    path = Path(path)
+    processor = build_processor()
+    config = {"tiny": tiny_config, "2b": qwen3vl_2b_config}[shape](processor.tokenizer)
+    torch.manual_seed(seed)
+    model = Qwen3VLForConditionalGeneration(config)
+    if shape == "tiny":
+        # Bigger random weights make greedy decoding pick varied tokens instead of one token forever.
+        with torch.no_grad():
+            model.lm_head.weight.normal_(0.0, 1.0)
+    ids = _token_ids(processor.tokenizer)
+    model.generation_config = GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"], do_sample=False)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    (path / "qvl_model.json").write_text(json.dumps({"random_weights": True, "shape": shape, "seed": seed}) + "\n")
+    return path
