@@ -1,0 +1,10 @@
+"""Carrying out actions: the executor contract (`base`), the executors (`desktop` with pyautogui,
+`dry_run`, `recording`, and `browser` with Playwright) and the safety guard (`guard`).
+
+Importing this package imports no GUI library: pyautogui, pynput and Playwright are imported lazily by
+the modules that need them, because importing them without a display raises.
+"""
+
+from qvl_agent.act.base import ActionResult, Executor
+
+__all__ = ["ActionResult", "Executor"]

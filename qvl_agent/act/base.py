@@ -1,0 +1,47 @@
+"""The executor contract: what every way of carrying out actions (desktop, browser, dry run) provides.
+
+An executor observes (returns the screenshot the model sees next) and executes one action at a time,
+given the screenshot the model looked at when it chose the action, so model coordinates can be mapped
+through exactly that capture. `execute` returns an `ActionResult`; an action that cannot be carried out
+raises `ActionError` (its message goes back to the model). Executors never ask the person anything:
+confirmation, confinement and the emergency stop belong to `act.guard`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from qvl_agent.actions import Action
+from qvl_agent.capture import Screenshot
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What carrying out one action did. `detail` holds what a trace or a script export needs: pixel
+    coordinates (`"pixels": [[x, y], ...]`), the browser locator, the keys pressed, ..."""
+
+    ok: bool
+    message: str = ""
+    detail: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Executor(Protocol):
+    name: str
+
+    def observe(self) -> Screenshot:
+        """What the model sees next (desktop: an mss grab of the monitor/region; browser: the page)."""
+        ...
+
+    def execute(self, action: Action, shot: Screenshot) -> ActionResult:
+        """Carry out one action; `shot` is the screenshot the model looked at when it chose it."""
+        ...
+
+    def wait_until_settled(self, timeout_s: float) -> None:
+        """Return once the screen stopped changing, or after `timeout_s`."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (held keys/buttons, a browser)."""
+        ...

@@ -1,0 +1,210 @@
+"""Actions as data: one frozen dataclass per Qwen3-VL `computer_use` action.
+
+Every action carries a `kind` tag equal to the `action` name in Qwen3-VL's tool call. Coordinates on
+actions are MODEL coordinates: relative positions on a 0-1000 grid over the screenshot the model looked
+at (see `parse.to_pixels` for the one place they become pixels). This module knows nothing about screens,
+pixels or how an action is carried out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+Point = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Key:
+    """Press the keys in order, release them in reverse order (a chord like ctrl+c, or one key)."""
+
+    keys: tuple[str, ...]
+    kind: ClassVar[str] = "key"
+
+
+@dataclass(frozen=True)
+class Type:
+    """Type a string on the keyboard."""
+
+    text: str
+    kind: ClassVar[str] = "type"
+
+
+@dataclass(frozen=True)
+class MouseMove:
+    x: float
+    y: float
+    kind: ClassVar[str] = "mouse_move"
+
+
+@dataclass(frozen=True)
+class LeftClick:
+    x: float
+    y: float
+    kind: ClassVar[str] = "left_click"
+
+
+@dataclass(frozen=True)
+class RightClick:
+    x: float
+    y: float
+    kind: ClassVar[str] = "right_click"
+
+
+@dataclass(frozen=True)
+class MiddleClick:
+    x: float
+    y: float
+    kind: ClassVar[str] = "middle_click"
+
+
+@dataclass(frozen=True)
+class DoubleClick:
+    x: float
+    y: float
+    kind: ClassVar[str] = "double_click"
+
+
+@dataclass(frozen=True)
+class TripleClick:
+    x: float
+    y: float
+    kind: ClassVar[str] = "triple_click"
+
+
+@dataclass(frozen=True)
+class LeftClickDrag:
+    """Drag with the left button to (x, y). Qwen's `coordinate` is the end point; the drag starts at
+    the current pointer position unless a start is given (`start_coordinate`)."""
+
+    x: float
+    y: float
+    start_x: float | None = None
+    start_y: float | None = None
+    kind: ClassVar[str] = "left_click_drag"
+
+
+@dataclass(frozen=True)
+class Scroll:
+    """Scroll the wheel by `pixels` (positive up, negative down), at (x, y) when given."""
+
+    pixels: float
+    x: float | None = None
+    y: float | None = None
+    kind: ClassVar[str] = "scroll"
+
+
+@dataclass(frozen=True)
+class HScroll:
+    """Scroll horizontally by `pixels` (positive right, negative left), at (x, y) when given."""
+
+    pixels: float
+    x: float | None = None
+    y: float | None = None
+    kind: ClassVar[str] = "hscroll"
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+    kind: ClassVar[str] = "wait"
+
+
+@dataclass(frozen=True)
+class Terminate:
+    """The model ends the task and reports how it went."""
+
+    status: Literal["success", "failure"]
+    kind: ClassVar[str] = "terminate"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The model answers a question; this ends the run successfully."""
+
+    text: str
+    kind: ClassVar[str] = "answer"
+
+
+Action = (
+    Key
+    | Type
+    | MouseMove
+    | LeftClick
+    | RightClick
+    | MiddleClick
+    | DoubleClick
+    | TripleClick
+    | LeftClickDrag
+    | Scroll
+    | HScroll
+    | Wait
+    | Terminate
+    | Answer
+)
+
+POINTER_ACTIONS = (MouseMove, LeftClick, RightClick, MiddleClick, DoubleClick, TripleClick)
+ALL_ACTIONS = (*POINTER_ACTIONS, Key, Type, LeftClickDrag, Scroll, HScroll, Wait, Terminate, Answer)
+KINDS: dict[str, type] = {cls.kind: cls for cls in ALL_ACTIONS}
+FINAL_ACTIONS = (Terminate, Answer)
+
+
+def points(action: Action) -> list[Point]:
+    """Every model point the action touches, in the order it touches them (empty for key, type, ...)."""
+    if isinstance(action, POINTER_ACTIONS):
+        return [(action.x, action.y)]
+    if isinstance(action, LeftClickDrag):
+        start = [] if action.start_x is None or action.start_y is None else [(action.start_x, action.start_y)]
+        return [*start, (action.x, action.y)]
+    if isinstance(action, Scroll | HScroll) and action.x is not None and action.y is not None:
+        return [(action.x, action.y)]
+    return []
+
+
+def _num(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
+
+
+def to_arguments(action: Action) -> dict:
+    """The action as the `arguments` of a Qwen3-VL computer_use tool call (what the model writes)."""
+    args: dict = {"action": action.kind}
+    if isinstance(action, Key):
+        args["keys"] = list(action.keys)
+    elif isinstance(action, Type | Answer):
+        args["text"] = action.text
+    elif isinstance(action, Wait):
+        args["time"] = _num(action.seconds)
+    elif isinstance(action, Terminate):
+        args["status"] = action.status
+    elif isinstance(action, Scroll | HScroll):
+        args["pixels"] = _num(action.pixels)
+    if isinstance(action, LeftClickDrag) and action.start_x is not None and action.start_y is not None:
+        args["start_coordinate"] = [_num(action.start_x), _num(action.start_y)]
+    if isinstance(action, (*POINTER_ACTIONS, LeftClickDrag, Scroll, HScroll)) and action.x is not None:
+        args["coordinate"] = [_num(action.x), _num(action.y)]
+    return args
+
+
+def describe(action: Action) -> str:
+    """A short human-readable line, e.g. `left_click at (500, 310)` or `type "hello"`."""
+    if isinstance(action, Key):
+        return f"key {'+'.join(action.keys)}"
+    if isinstance(action, Type):
+        return f"type {action.text!r}"
+    if isinstance(action, Answer):
+        return f"answer {action.text!r}"
+    if isinstance(action, Wait):
+        return f"wait {_num(action.seconds)} s"
+    if isinstance(action, Terminate):
+        return f"terminate ({action.status})"
+    if isinstance(action, Scroll | HScroll):
+        where = f" at ({_num(action.x)}, {_num(action.y)})" if action.x is not None else ""
+        return f"{action.kind} {_num(action.pixels)}{where}"
+    if isinstance(action, LeftClickDrag):
+        start = (
+            f"({_num(action.start_x)}, {_num(action.start_y)})"
+            if action.start_x is not None
+            else "the pointer"
+        )
+        return f"left_click_drag from {start} to ({_num(action.x)}, {_num(action.y)})"
+    return f"{action.kind} at ({_num(action.x)}, {_num(action.y)})"

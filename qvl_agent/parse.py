@@ -1,0 +1,350 @@
+"""Model text -> actions, and model coordinates <-> physical pixels.
+
+`parse_actions` is the one place Qwen3-VL's text becomes typed actions. It takes real model output:
+`<tool_call>{...}</tool_call>` blocks (the closing tag may be missing), ```json fences, "Thought: ...
+Action: ..." preambles, `<think>` blocks, several calls in one reply (returned in order), and small JSON
+slips whose meaning is unambiguous: trailing commas, single quotes, Python literals, unquoted keys, a
+missing or an extra closing brace. Anything else raises `ParseError` with one sentence naming what was
+wrong; the agent shows that sentence to the model.
+
+Coordinates: Qwen3-VL answers on a relative 0-1000 grid over the image it saw. We divide by 1000 (not
+999): the grid is a fraction of the width, so `x/1000*width` lands on the pixel holding that fraction, and
+the only point that falls outside, x = 1000 exactly, is clamped to the last pixel. Dividing by 999 would
+shift every point right by up to one part in a thousand (2 px on a 1920 screen) for no gain. The
+screenshot holds physical pixels and carries its offset in the virtual desktop, so the mapping is
+`left + x/1000*width`; the scale factor never enters it (it matters only to code working in logical units,
+such as Qt widgets). This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+
+from qvl_agent import actions as A
+from qvl_agent.capture import Screenshot
+from qvl_agent.errors import OffScreenError, ParseError
+
+GRID = 1000  # Qwen3-VL's relative coordinate grid
+TOOL_NAME = "computer_use"
+MAX_WAIT_S = 60.0
+_ALIASES = {"click": "left_click"}
+
+_THINK = re.compile(r"<think>.*?</think>", re.S)
+_TOOL_OPEN = re.compile(r"<tool_call>", re.I)
+_TOOL_CLOSE = re.compile(r"</tool_call>", re.I)
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)(?:```|$)", re.S)
+_NUMBER = r"-?\d+(?:\.\d+)?"
+
+
+# --- finding the calls in a reply ---------------------------------------------------------------------
+
+
+def _tool_call_blobs(text: str) -> list[str]:
+    """The text inside each <tool_call>; a call runs to its closing tag, the next call, or the end."""
+    opens = list(_TOOL_OPEN.finditer(text))
+    blobs = []
+    for i, m in enumerate(opens):
+        end = opens[i + 1].start() if i + 1 < len(opens) else len(text)
+        chunk = text[m.end() : end]
+        close = _TOOL_CLOSE.search(chunk)
+        blobs.append(chunk[: close.start()] if close else chunk)
+    return blobs
+
+
+def _bare_objects(text: str) -> list[str]:
+    """Top-level {...} spans in free text that look like a call (they mention "action" or "name")."""
+    spans, depth, start, quote, escape = [], 0, -1, "", False
+    for i, ch in enumerate(text):
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if ch == '"' and depth:
+            quote = ch
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start : i + 1])
+    if depth and start >= 0:
+        spans.append(text[start:])  # an object cut off at the end of the reply
+    return [s for s in spans if re.search(r"""["']?(action|name)["']?\s*:""", s)]
+
+
+def _candidates(text: str) -> list[str]:
+    if _TOOL_OPEN.search(text):
+        return _tool_call_blobs(text)
+    fences = [m.group(1) for m in _FENCE.finditer(text) if "{" in m.group(1)]
+    if fences:
+        return fences
+    return _bare_objects(text)
+
+
+# --- lenient JSON -------------------------------------------------------------------------------------
+
+
+def _balance(blob: str) -> str:
+    """Close brackets left open at the end and drop surplus closers; strings must be complete."""
+    stack, out, quote, escape = [], [], False, False
+    for ch in blob:
+        if quote:
+            out.append(ch)
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quote = False
+            continue
+        if ch == '"':
+            quote = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]":
+            if not stack:
+                continue  # a surplus closer, as in `...}}}` with one brace too many
+            if stack[-1] != ch:
+                return blob  # mismatched brackets: not a slip we can undo safely
+            stack.pop()
+        out.append(ch)
+    if quote:
+        return blob
+    return "".join(out).rstrip().rstrip(",") + "".join(reversed(stack))
+
+
+_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
+
+
+def _outside_strings(blob: str, fix) -> str:
+    """Apply `fix` to the parts of `blob` between double-quoted strings, never inside one."""
+    out, last = [], 0
+    for m in _STRING.finditer(blob):
+        out += [fix(blob[last : m.start()]), m.group(0)]
+        last = m.end()
+    return "".join([*out, fix(blob[last:])])
+
+
+def _repairs(blob: str):
+    yield blob
+    fixed = _outside_strings(blob, lambda s: re.sub(r",\s*([}\]])", r"\1", s))
+    yield fixed  # trailing commas
+    fixed = _outside_strings(fixed, lambda s: re.sub(r"([{,]\s*)([A-Za-z_]\w*)(\s*):", r'\1"\2"\3:', s))
+    yield fixed  # unquoted keys
+    yield _balance(fixed)
+
+
+def _load_json(blob: str, where: str):
+    blob = blob.strip()
+    fence = re.fullmatch(r"```[ \t]*\w*\s*(.*?)\s*(?:```)?", blob, re.S)
+    if fence:
+        blob = fence.group(1)
+    if not blob:
+        raise ParseError(f"{where} is empty; write the call as a JSON object inside <tool_call></tool_call>.")
+    first_error = None
+    for attempt in _repairs(blob):
+        try:
+            value, end = json.JSONDecoder().raw_decode(attempt)
+        except json.JSONDecodeError as exc:
+            first_error = first_error or exc
+            continue
+        if attempt[end:].strip(" \t\r\n}]"):
+            first_error = first_error or json.JSONDecodeError("Extra data", attempt, end)
+            continue
+        return value
+    try:  # single quotes, True/False/None: a Python literal is unambiguous too
+        value = ast.literal_eval(_balance(blob))
+        if isinstance(value, dict | list):
+            return value
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    snippet = blob if len(blob) <= 80 else blob[:77] + "..."
+    raise ParseError(
+        f"{where} is not valid JSON ({first_error.msg} at character {first_error.pos}): {snippet}"
+    )
+
+
+# --- arguments -> actions -----------------------------------------------------------------------------
+
+
+def _number(value, what: str) -> float:
+    if isinstance(value, bool):
+        raise ParseError(f"{what} must be a number, not {value!r}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ParseError(f"{what} must be a number, not {value!r}.") from None
+    if not math.isfinite(number):
+        raise ParseError(f"{what} must be a finite number, not {value!r}.")
+    return number
+
+
+def _point(value, kind: str, name: str = "coordinate") -> tuple[float, float]:
+    if isinstance(value, str):
+        nums = re.findall(_NUMBER, value)
+        if len(nums) == 2 and re.fullmatch(rf"\s*[\[(]?\s*{_NUMBER}\s*,\s*{_NUMBER}\s*[\])]?\s*", value):
+            value = nums
+    if isinstance(value, dict) and {"x", "y"} <= set(value):
+        value = [value["x"], value["y"]]
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        got = f"{len(value)} numbers" if isinstance(value, list | tuple) else repr(value)
+        raise ParseError(f'{kind} needs "{name}": [x, y] with two numbers from 0 to {GRID}, got {got}.')
+    return _number(value[0], f"{kind} {name} x"), _number(value[1], f"{kind} {name} y")
+
+
+def _keys(args: dict) -> tuple[str, ...]:
+    value = args.get("keys", args.get("key"))
+    if isinstance(value, str):
+        value = (
+            [part for part in re.split(r"\s*\+\s*", value.strip()) if part] if value.strip() != "+" else ["+"]
+        )
+    if not isinstance(value, list | tuple) or not value or not all(isinstance(k, str) and k for k in value):
+        raise ParseError('key needs "keys": a list of key names such as ["ctrl", "c"] or ["enter"].')
+    return tuple(k.strip().lower() if len(k.strip()) > 1 else k for k in value)
+
+
+def _text(args: dict, kind: str) -> str:
+    value = args.get("text")
+    if not isinstance(value, str):
+        raise ParseError(f'{kind} needs "text": a string.')
+    return value
+
+
+def action_from_arguments(args: dict) -> A.Action:
+    """One computer_use `arguments` object -> an action, or ParseError naming what is missing."""
+    kind = args.get("action")
+    if not isinstance(kind, str) or not kind.strip():
+        raise ParseError(f'The call has no "action"; use one of: {", ".join(A.KINDS)}.')
+    kind = _ALIASES.get(kind.strip().lower(), kind.strip().lower())
+    if kind not in A.KINDS:
+        raise ParseError(f'Unknown action "{kind}"; use one of: {", ".join(A.KINDS)}.')
+    cls = A.KINDS[kind]
+    if cls in A.POINTER_ACTIONS:
+        if "coordinate" not in args:
+            raise ParseError(f'{kind} needs "coordinate": [x, y] with two numbers from 0 to {GRID}.')
+        return cls(*_point(args["coordinate"], kind))
+    if cls is A.LeftClickDrag:
+        if "coordinate" not in args:
+            raise ParseError(
+                f'left_click_drag needs "coordinate": [x, y], the point to drag to (0 to {GRID}).'
+            )
+        x, y = _point(args["coordinate"], kind)
+        start = args.get("start_coordinate")
+        if start is None:
+            return A.LeftClickDrag(x, y)
+        sx, sy = _point(start, kind, "start_coordinate")
+        return A.LeftClickDrag(x, y, sx, sy)
+    if cls is A.Key:
+        return A.Key(_keys(args))
+    if cls is A.Type:
+        return A.Type(_text(args, kind))
+    if cls is A.Answer:
+        return A.Answer(_text(args, kind))
+    if cls in (A.Scroll, A.HScroll):
+        if "pixels" not in args:
+            raise ParseError(f'{kind} needs "pixels": a number (positive scrolls up or right).')
+        pixels = _number(args["pixels"], f"{kind} pixels")
+        if "coordinate" in args and args["coordinate"] is not None:
+            return cls(pixels, *_point(args["coordinate"], kind))
+        return cls(pixels)
+    if cls is A.Wait:
+        if "time" not in args:
+            raise ParseError('wait needs "time": the seconds to wait.')
+        seconds = _number(args["time"], "wait time")
+        if not 0 <= seconds <= MAX_WAIT_S:
+            raise ParseError(f"wait time must be between 0 and {MAX_WAIT_S:g} seconds, not {seconds:g}.")
+        return A.Wait(seconds)
+    status = args.get("status")
+    status = status.strip().lower() if isinstance(status, str) else status
+    if status not in ("success", "failure"):
+        raise ParseError(f'terminate needs "status": "success" or "failure", not {status!r}.')
+    return A.Terminate(status)
+
+
+def _arguments(call, where: str) -> dict:
+    """Unwrap {"name", "arguments"} (arguments may be a JSON string), OpenAI's {"function": ...}, or a
+    bare arguments object."""
+    if not isinstance(call, dict):
+        raise ParseError(
+            f'{where} must be a JSON object like {{"name": "{TOOL_NAME}", "arguments": {{...}}}}.'
+        )
+    if isinstance(call.get("function"), dict):
+        call = call["function"]
+    if "arguments" in call or "name" in call:
+        name = call.get("name")
+        if name is not None and name != TOOL_NAME:
+            raise ParseError(f'{where} calls an unknown tool "{name}"; the only tool is "{TOOL_NAME}".')
+        args = call.get("arguments", call.get("parameters"))
+        if isinstance(args, str):
+            args = _load_json(args, f"The arguments of {where.lower()}")
+        if not isinstance(args, dict):
+            raise ParseError(f'{where} needs "arguments": an object with an "action".')
+        return args
+    return call
+
+
+def parse_actions(text: str) -> list[A.Action]:
+    """Every computer_use call in a model reply, in order. Raises ParseError when there is none, or when
+    any call is broken: a partly understood reply is never half executed."""
+    if not isinstance(text, str) or not text.strip():
+        raise ParseError(
+            "The reply is empty; answer with a computer_use call inside <tool_call></tool_call>."
+        )
+    body = _THINK.sub("", text)
+    blobs = _candidates(body)
+    if not blobs:
+        snippet = " ".join(body.split())
+        snippet = snippet if len(snippet) <= 80 else snippet[:77] + "..."
+        raise ParseError(
+            f'The reply has no tool call: expected <tool_call>{{"name": "{TOOL_NAME}", "arguments": '
+            f'{{"action": ...}}}}</tool_call>, got "{snippet}".'
+        )
+    found: list[A.Action] = []
+    for i, blob in enumerate(blobs, start=1):
+        where = f"Tool call {i}" if len(blobs) > 1 else "The tool call"
+        value = _load_json(blob, where)
+        for call in value if isinstance(value, list) else [value]:
+            found.append(action_from_arguments(_arguments(call, where)))
+    return found
+
+
+# --- coordinates --------------------------------------------------------------------------------------
+
+
+def to_pixels(x: float, y: float, shot: Screenshot) -> tuple[int, int]:
+    """Model point (0-1000 over the screenshot) -> physical pixel of the virtual desktop.
+
+    x = 1000 (the right edge) is clamped to the last pixel; anything outside 0-1000 raises OffScreenError.
+    """
+    for value, axis in ((x, "x"), (y, "y")):
+        if not (isinstance(value, int | float) and math.isfinite(value)) or not 0 <= value <= GRID:
+            raise OffScreenError(
+                f"The point ({x:g}, {y:g}) is off the screen: {axis} must be between 0 and {GRID}."
+            )
+    px = min(math.floor(x * shot.width / GRID), shot.width - 1)
+    py = min(math.floor(y * shot.height / GRID), shot.height - 1)
+    return shot.left + px, shot.top + py
+
+
+def to_model(px: float, py: float, shot: Screenshot) -> tuple[float, float]:
+    """Physical pixel of the virtual desktop -> model point at that pixel's centre (inverse of
+    `to_pixels`: `to_pixels(*to_model(p), shot) == p`). A pixel outside the screenshot raises
+    OffScreenError."""
+    if not shot.region.contains(px, py):
+        raise OffScreenError(
+            f"The pixel ({px}, {py}) is outside the captured area "
+            f"{shot.width}x{shot.height} at ({shot.left}, {shot.top})."
+        )
+    return (
+        (math.floor(px) - shot.left + 0.5) * GRID / shot.width,
+        (math.floor(py) - shot.top + 0.5) * GRID / shot.height,
+    )
