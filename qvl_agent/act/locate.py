@@ -1,0 +1,215 @@
+"""Element resolution: which element a pointer action hit, and the most robust locator for it.
+
+For a point in CSS pixels, `locate(page, x, y)` finds the element under it (`document.elementFromPoint`),
+walks up to its interactive ancestor (`closest(button, a[href], input, ...)`; a label stands for the
+control it labels) and tries locators in order of robustness: role + accessible name, label,
+placeholder, test id, text, then a CSS path. A candidate is kept only when it matches exactly one element
+in the page and that element is the target. When none qualifies (a canvas, an element in an iframe) the
+locator is the point itself, the last resort.
+
+Locators are plain dicts so that they go into the trace as JSON and `export` can compile them into code:
+
+    {"kind": "role", "role": "button", "name": "Sign in"}     page.get_by_role("button", name=..., exact=True)
+    {"kind": "label", "text": "Username"}                      page.get_by_label("Username", exact=True)
+    {"kind": "placeholder", "text": "Full name"}               page.get_by_placeholder(..., exact=True)
+    {"kind": "testid", "value": "help-toggle"}                 page.get_by_test_id("help-toggle")
+    {"kind": "text", "text": "Next"}                           page.get_by_text("Next", exact=True)
+    {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
+    {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
+
+The page object is Playwright's sync `Page`; this module does not import Playwright itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+INTERACTIVE = "button,a[href],input,select,textarea,[role],label,summary,[contenteditable]"
+MAX_TEXT = 80  # longer texts make brittle locators
+
+# Returns the target element (or null) for a point: the interactive ancestor of what is under it, and a
+# label replaced by its control so that clicking "Remember me" resolves to the checkbox.
+_TARGET_JS = """
+([x, y, sel]) => {
+  let el = document.elementFromPoint(x, y);
+  if (!el) return null;
+  let t = el.closest(sel) || el;
+  if (t.tagName === 'LABEL' && t.control) t = t.control;
+  return t;
+}
+"""
+
+# Facts about an element that the candidate locators are built from, plus a unique CSS path.
+_INFO_JS = """
+(t) => {
+  const norm = s => (s || '').replace(/\\s+/g, ' ').trim();
+  const cssPath = (el) => {
+    if (el.id && /^[A-Za-z][\\w-]*$/.test(el.id) && document.querySelectorAll('#' + el.id).length === 1)
+      return '#' + el.id;
+    const parts = [];
+    while (el && el.nodeType === 1 && el !== document.documentElement) {
+      if (el.id && /^[A-Za-z][\\w-]*$/.test(el.id) && document.querySelectorAll('#' + el.id).length === 1) {
+        parts.unshift('#' + el.id); break;
+      }
+      let part = el.tagName.toLowerCase();
+      const parent = el.parentElement;
+      if (parent) {
+        const same = Array.from(parent.children).filter(c => c.tagName === el.tagName);
+        if (same.length > 1) part += ':nth-of-type(' + (same.indexOf(el) + 1) + ')';
+      }
+      parts.unshift(part);
+      el = parent;
+    }
+    return parts.join(' > ');
+  };
+  const labels = t.labels ? Array.from(t.labels).map(l => norm(l.innerText)).filter(Boolean) : [];
+  const r = t.getBoundingClientRect();
+  return {
+    tag: t.tagName.toLowerCase(),
+    type: (t.getAttribute('type') || '').toLowerCase(),
+    label: norm(t.getAttribute('aria-label')) || labels[0] || '',
+    placeholder: norm(t.getAttribute('placeholder')),
+    testid: t.getAttribute('data-testid') || '',
+    text: norm(t.innerText || t.textContent),
+    css: cssPath(t),
+    box: [r.x, r.y, r.width, r.height],
+  };
+}
+"""
+
+# State of a form element: what `export` turns into fill / check / select_option and final assertions.
+STATE_JS = """
+(t) => {
+  if (!t || !t.isConnected) return null;
+  const s = {tag: t.tagName.toLowerCase(), type: (t.getAttribute('type') || '').toLowerCase()};
+  if (t.tagName === 'SELECT') {
+    s.value = t.value;
+    s.label = t.selectedIndex >= 0 ? t.options[t.selectedIndex].label : '';
+  } else if (t.tagName === 'INPUT' && (s.type === 'checkbox' || s.type === 'radio')) {
+    s.checked = t.checked;
+  } else if (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA') {
+    s.value = t.value;
+  } else if (t.isContentEditable) {
+    s.value = t.innerText;
+  }
+  return s;
+}
+"""
+
+_SNAPSHOT_HEAD = re.compile(r'^- (?P<role>[a-z]+)(?: "(?P<name>(?:[^"\\]|\\.)*)")?')
+
+
+@dataclass(frozen=True)
+class Located:
+    """The locator for the element at a point, and what was found there."""
+
+    locator: dict
+    element: dict = field(default_factory=dict)  # tag, type, css, box of the target; empty for a point
+    handle: object | None = field(default=None, repr=False, compare=False)  # Playwright ElementHandle
+
+
+def _role_and_name(page, css: str) -> tuple[str, str]:
+    """The role and accessible name Playwright itself computes, from the element's ARIA snapshot."""
+    try:
+        snapshot = page.locator(css).first.aria_snapshot(timeout=2000)
+    except Exception:  # an element hidden from the accessibility tree has no snapshot
+        return "", ""
+    m = _SNAPSHOT_HEAD.match(snapshot.strip().splitlines()[0] if snapshot.strip() else "")
+    if not m:
+        return "", ""
+    name = m.group("name") or ""
+    try:
+        name = json.loads(f'"{name}"')
+    except json.JSONDecodeError:
+        pass
+    return m.group("role"), name
+
+
+def to_playwright(page, locator: dict):
+    """The Playwright Locator for a locator dict (not for a point)."""
+    kind = locator["kind"]
+    if kind == "role":
+        return page.get_by_role(locator["role"], name=locator["name"], exact=True)
+    if kind == "label":
+        return page.get_by_label(locator["text"], exact=True)
+    if kind == "placeholder":
+        return page.get_by_placeholder(locator["text"], exact=True)
+    if kind == "testid":
+        return page.get_by_test_id(locator["value"])
+    if kind == "text":
+        return page.get_by_text(locator["text"], exact=True)
+    if kind == "css":
+        return page.locator(locator["selector"])
+    raise ValueError(f"A {kind} locator has no Playwright Locator.")
+
+
+def is_unique(page, locator: dict, handle=None) -> bool:
+    """Whether the locator matches exactly one element (and, given a handle, that it is that element)."""
+    try:
+        loc = to_playwright(page, locator)
+        if loc.count() != 1:
+            return False
+        return handle is None or bool(loc.evaluate("(el, t) => el === t", handle))
+    except Exception:  # a selector the page cannot evaluate is simply not a candidate
+        return False
+
+
+def candidates(page, info: dict) -> list[dict]:
+    """Locators for the element described by `info`, most robust first (not yet checked)."""
+    found: list[dict] = []
+    role, name = _role_and_name(page, info["css"])
+    if role and name and role not in ("generic", "paragraph", "text"):
+        found.append({"kind": "role", "role": role, "name": name})
+    if info["label"]:
+        found.append({"kind": "label", "text": info["label"]})
+    if info["placeholder"]:
+        found.append({"kind": "placeholder", "text": info["placeholder"]})
+    if info["testid"]:
+        found.append({"kind": "testid", "value": info["testid"]})
+    if info["text"] and len(info["text"]) <= MAX_TEXT and info["tag"] not in ("input", "select", "textarea"):
+        found.append({"kind": "text", "text": info["text"]})
+    found.append({"kind": "css", "selector": info["css"]})
+    return found
+
+
+def resolve_handle(page, handle) -> Located | None:
+    """The most robust unique locator for an element handle, or None when the handle is not an element."""
+    info = handle.evaluate(_INFO_JS)
+    for locator in candidates(page, info):
+        if is_unique(page, locator, handle):
+            return Located(locator, {k: info[k] for k in ("tag", "type", "css", "box")}, handle)
+    return None
+
+
+def locate(page, x: float, y: float) -> Located:
+    """The locator for whatever a click at CSS pixel (x, y) of the viewport would hit."""
+    point = {"kind": "point", "x": round(x), "y": round(y)}
+    handle = page.evaluate_handle(_TARGET_JS, [x, y, INTERACTIVE])
+    element = handle.as_element()
+    if element is None:
+        return Located(point)
+    return resolve_handle(page, element) or Located(point, {}, element)
+
+
+def focused(page) -> Located | None:
+    """The locator for the element that has keyboard focus, or None when focus is on the page itself."""
+    handle = page.evaluate_handle(
+        "() => { const a = document.activeElement;"
+        " return a && a !== document.body && a !== document.documentElement ? a : null; }"
+    )
+    element = handle.as_element()
+    if element is None:
+        return None
+    return resolve_handle(page, element)
+
+
+def element_state(handle) -> dict | None:
+    """Value / checked / selected option of a form element (None once it left the page)."""
+    if handle is None:
+        return None
+    try:
+        return handle.evaluate(STATE_JS)
+    except Exception:  # the element's page navigated away or closed
+        return None
