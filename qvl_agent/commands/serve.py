@@ -1,0 +1,111 @@
+"""`qvl-agent serve`: the resident engine behind an OpenAI-compatible API and a chat page.
+
+    qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token]
+
+Prints the chat page's address with its token (http://127.0.0.1:PORT/?token=TOKEN) once the model is
+loaded and the port is listening. `--port 0` picks a free port (the printed address has the real one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+
+from qvl_agent.cli import add_engine_args
+from qvl_agent.config import Settings, config_dir
+from qvl_agent.errors import UsageError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the model over an OpenAI-compatible API with a chat page",
+        description="Serve the resident model over an OpenAI-compatible HTTP API (/v1/chat/completions) "
+        "with a chat page at /.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    add_engine_args(parser)
+    parser.add_argument(
+        "--no-token", action="store_true", help="accept requests without a token (loopback addresses only)"
+    )
+    parser.add_argument("--max-queue", type=int, default=16, help="requests that may wait before 429 (16)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504 (300)")
+    parser.add_argument("--max-body-mb", type=int, default=64, help="largest request body in MiB (64)")
+    parser.add_argument(
+        "--max-image-pixels", type=int, help="largest image in pixels (default: the max_pixels setting)"
+    )
+    parser.add_argument(
+        "--allow-image-urls", action="store_true", help="fetch http(s) image URLs (off: data: URLs only)"
+    )
+    parser.set_defaults(func=run)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind before loading the model, so a busy port fails in a second rather than after the load."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be from 0 to 65535, not {port}.")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        raise UsageError(f"Cannot listen on {host!r}: no such address.") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"Cannot listen on {host}:{port} ({exc.strerror}); is another server using it?"
+        ) from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _browser_host(host: str) -> str:
+    if host in ("0.0.0.0", "", "::"):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from qvl_agent.engine import open_engine
+    from qvl_agent.server import create_app
+    from qvl_agent.server_auth import resolve_token
+
+    for name in ("max_queue", "max_body_mb"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be more than 0 seconds.")
+    token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
+    sock = _bind(args.host, args.port)
+    try:
+        print(f"Loading {settings.model} ({settings.engine})...", file=sys.stderr, flush=True)
+        engine = open_engine(settings)
+        app = create_app(
+            engine,
+            settings,
+            token=token,
+            max_queue=args.max_queue,
+            max_body_bytes=args.max_body_mb * 1024 * 1024,
+            max_image_pixels=args.max_image_pixels,
+            request_timeout_s=args.timeout,
+            allow_image_urls=args.allow_image_urls,
+        )
+        port = sock.getsockname()[1]
+        base = f"http://{_browser_host(args.host)}:{port}"
+        print(token_note, flush=True)
+        print(f"OpenAI-compatible API: {base}/v1", flush=True)
+        print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+        uvicorn.Server(config).run(sockets=[sock])
+        engine.close()
+    finally:
+        sock.close()
+    return 0

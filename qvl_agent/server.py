@@ -1,0 +1,400 @@
+"""An OpenAI-compatible HTTP API over one resident engine, plus a small chat page.
+
+    POST /v1/chat/completions   text and image_url parts (base64 data: URLs), streaming (SSE) or not
+    GET  /v1/models             the one model this server answers with
+    GET  /health                liveness and queue depth (no token needed)
+    GET  /metrics               Prometheus text: requests, latency, ttft, tokens/s, feature cache, queue
+    GET  /                      the chat page; opened as /?token=TOKEN, like Jupyter
+
+Every other route needs `Authorization: Bearer TOKEN` unless the server runs without a token. Errors use
+OpenAI's JSON shape. Generation runs on one worker thread (`server_worker`); stateless clients reuse
+pooled sessions matched by content (`server_pool`), and each response says whether it did: the usage's
+`prompt_tokens_details.cached_tokens`, a `qvl` object with the turn's stats, and for non-streaming
+replies the headers `x-qvl-vision` (hit|miss|none), `x-qvl-prefill-tokens` and `x-qvl-session-reused`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from contextlib import asynccontextmanager
+from importlib import resources
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from qvl_agent.config import Settings
+from qvl_agent.engine.base import Engine
+from qvl_agent.errors import GenerationCancelled, InputError, QvlError
+from qvl_agent.server_auth import bearer_matches, token_matches
+from qvl_agent.server_metrics import Metrics
+from qvl_agent.server_pool import SessionPool
+from qvl_agent.server_protocol import (
+    ApiError,
+    ChatRequest,
+    ImageDecoder,
+    chunk_body,
+    completion_body,
+    completion_id,
+    parse_chat_request,
+    sse,
+    usage_dict,
+)
+from qvl_agent.server_worker import ChatResult, Job, Scheduler, chat_work
+
+log = logging.getLogger("qvl_agent.server")
+POLL_S = 0.25  # how often a waiting handler checks whether its client is still there
+
+
+def create_app(
+    engine: Engine,
+    settings: Settings,
+    *,
+    token: str | None = None,
+    model_id: str | None = None,
+    max_queue: int = 16,
+    max_body_bytes: int = 64 * 1024 * 1024,
+    max_image_pixels: int | None = None,
+    request_timeout_s: float = 300.0,
+    pool_size: int = 8,
+    allow_image_urls: bool = False,
+) -> FastAPI:
+    """The API app over `engine`. `token=None` disables authentication (the caller checks loopback)."""
+    model_id = model_id or settings.model
+    aliases = {model_id, os.path.basename(model_id.rstrip("/")), engine.name}
+    pool = SessionPool(pool_size)
+    scheduler = Scheduler(max_queue)
+    decoder = ImageDecoder(
+        max_image_pixels or settings.max_pixels,
+        allow_urls=allow_image_urls,
+        fetch=_fetch_image(max_body_bytes) if allow_image_urls else None,
+    )
+    metrics = Metrics(
+        {
+            "qvl_queue_depth": ("Requests waiting for the generation thread.", lambda: scheduler.waiting),
+            "qvl_generations_running": ("Generations in progress.", lambda: scheduler.running),
+            "qvl_pooled_sessions": ("Idle sessions kept for reuse.", lambda: len(pool)),
+        }
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        yield
+        scheduler.close()
+        pool.close()
+
+    app = FastAPI(title="qvl-agent", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.engine, app.state.pool, app.state.scheduler, app.state.metrics = (
+        engine,
+        pool,
+        scheduler,
+        metrics,
+    )
+
+    def authorize(request: Request) -> None:
+        if token is not None and not bearer_matches(request.headers.get("authorization"), token):
+            raise ApiError(
+                401,
+                "Missing or wrong API token: send 'Authorization: Bearer TOKEN' "
+                "(qvl-agent serve prints where the token is).",
+                type="authentication_error",
+                code="invalid_api_key",
+            )
+
+    def answer(request: Request, response: Response) -> Response:
+        metrics.count_request(request.url.path, response.status_code)
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError):
+        return answer(request, JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        message = "No such endpoint." if exc.status_code == 404 else str(exc.detail)
+        err = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
+        return answer(request, JSONResponse(err.body(), status_code=exc.status_code))
+
+    @app.exception_handler(_ClientGone)
+    async def client_gone(request: Request, exc: _ClientGone):
+        # Nobody reads this; it only ends the exchange (nginx's "client closed request").
+        return answer(request, Response(status_code=499))
+
+    @app.get("/health")
+    async def health(request: Request):
+        return answer(
+            request,
+            JSONResponse(
+                {
+                    "status": "ok",
+                    "model": model_id,
+                    "queue_depth": scheduler.waiting,
+                    "running": scheduler.running,
+                }
+            ),
+        )
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        authorize(request)
+        card = {"id": model_id, "object": "model", "created": 0, "owned_by": "qvl-agent"}
+        return answer(request, JSONResponse({"object": "list", "data": [card]}))
+
+    @app.get("/metrics")
+    async def prometheus(request: Request):
+        authorize(request)
+        return answer(request, PlainTextResponse(metrics.render(), media_type="text/plain; version=0.0.4"))
+
+    @app.get("/")
+    async def chat_page(request: Request):
+        if token is not None and not token_matches(request.query_params.get("token"), token):
+            page = (
+                "<!doctype html><title>qvl-agent</title><p>Open the address that <code>qvl-agent serve"
+                "</code> printed: it carries the token (<code>/?token=…</code>).</p>"
+            )
+            return answer(request, HTMLResponse(page, status_code=401))
+        html = resources.files("qvl_agent").joinpath("web/chat.html").read_text(encoding="utf-8")
+        return answer(
+            request,
+            HTMLResponse(
+                html,
+                headers={
+                    "Cache-Control": "no-store",
+                    "Referrer-Policy": "no-referrer",  # the token is in the URL: never leak it
+                    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
+                    "style-src 'unsafe-inline'; img-src data: blob:; connect-src 'self'",
+                },
+            ),
+        )
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        started = time.perf_counter()
+        authorize(request)
+        raw = await _read_body(request, max_body_bytes)
+        chat = await run_in_threadpool(parse_chat_request, raw, decoder, settings.max_new_tokens)
+        if chat.model and chat.model not in aliases:
+            raise ApiError(
+                404,
+                f"The model {chat.model!r} does not exist here; this server answers with "
+                f"{model_id!r} (see GET /v1/models).",
+                param="model",
+                code="model_not_found",
+            )
+        job = Job(asyncio.get_running_loop(), chat_work(engine, pool, chat))
+        if not scheduler.submit(job):
+            retry = scheduler.retry_after_s()
+            raise ApiError(
+                429,
+                f"The server is busy ({scheduler.max_queue} requests already waiting); retry in {retry} s.",
+                type="rate_limit_error",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(retry)},
+            )
+        reader = _Reader(job, request, started + request_timeout_s)
+        try:
+            # Wait for the first piece before answering, so a failure before any output gets its own
+            # status code and the headers can say whether a pooled session was reused.
+            start = await reader.next()
+            first = await reader.next() if start[0] == "start" else start
+        except BaseException:
+            job.cancel()
+            reader.close()
+            raise
+        reused = start[0] == "start" and bool(start[1]["reused"])
+        if first[0] == "error":
+            reader.close()
+            raise _api_error(first[1])
+        if chat.stream:
+            body = _stream(chat, model_id, job, reader, first, started, metrics, request)
+            return StreamingResponse(
+                body,
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "x-qvl-session-reused": "true" if reused else "false"},
+            )
+        pieces: list[str] = []
+        event = first
+        try:
+            while event[0] == "delta":
+                pieces.append(event[1])
+                event = await reader.next()
+        except BaseException:
+            job.cancel()
+            raise
+        finally:
+            reader.close()
+        if event[0] == "error":
+            raise _api_error(event[1])
+        result: ChatResult = event[1]
+        metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
+        body = completion_body(
+            completion_id(),
+            model_id,
+            result.text,
+            result.finish_reason,
+            usage_dict(result.stats, int(result.stats.get("decode_tokens", 0))),
+            _qvl(result),
+        )
+        return answer(request, JSONResponse(body, headers=_stat_headers(result)))
+
+    return app
+
+
+class _ClientGone(Exception):
+    pass
+
+
+class _Reader:
+    """Reads a job's events with a deadline, noticing a client that went away while it waits."""
+
+    def __init__(self, job: Job, request: Request, deadline: float):
+        self.job, self.request, self.deadline = job, request, deadline
+        self._task: asyncio.Future | None = None
+
+    async def next(self, watch_client: bool = True):
+        while True:
+            remaining = self.deadline - time.perf_counter()
+            if remaining <= 0:
+                self.job.cancel()
+                raise ApiError(
+                    504,
+                    "The answer took longer than this server's request timeout; it was stopped.",
+                    type="timeout_error",
+                    code="timeout",
+                )
+            if self._task is None:
+                self._task = asyncio.ensure_future(self.job.events.get())
+            # asyncio.wait, unlike wait_for on 3.11, never loses an item that arrives as the wait ends.
+            done, _ = await asyncio.wait({self._task}, timeout=min(remaining, POLL_S))
+            if done:
+                task, self._task = self._task, None
+                return task.result()
+            if watch_client and await self.request.is_disconnected():
+                self.job.cancel()
+                raise _ClientGone()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+async def _stream(
+    chat: ChatRequest,
+    model_id: str,
+    job: Job,
+    reader: _Reader,
+    first,
+    started: float,
+    metrics: Metrics,
+    request: Request,
+):
+    """SSE chunks: the role, each piece, the finish with stats, usage if asked, then [DONE]. Starlette
+    cancels this generator when the client disconnects; `finally` then stops the generation."""
+    cid = completion_id()
+    finished = False
+    try:
+        yield sse(chunk_body(cid, model_id, {"role": "assistant", "content": ""}))
+        event = first
+        while event[0] == "delta":
+            yield sse(chunk_body(cid, model_id, {"content": event[1]}))
+            try:
+                event = await reader.next(watch_client=False)
+            except ApiError as exc:
+                event = ("error", exc)
+        if event[0] == "error":
+            err = _api_error(event[1])
+            metrics.count_request(request.url.path, err.status)
+            yield sse(err.body())
+        else:
+            result: ChatResult = event[1]
+            usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
+            yield sse(chunk_body(cid, model_id, {}, result.finish_reason, qvl=_qvl(result)))
+            if chat.include_usage:
+                yield sse(chunk_body(cid, model_id, None, usage=usage))
+            metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
+            metrics.count_request(request.url.path, 200)
+        yield sse("[DONE]")
+        finished = True
+    finally:
+        reader.close()
+        if not finished:
+            job.cancel()
+
+
+def _qvl(result: ChatResult) -> dict:
+    return {**result.stats, "session_reused": result.reused, "queue_ms": round(result.queue_ms, 3)}
+
+
+def _stat_headers(result: ChatResult) -> dict[str, str]:
+    return {
+        "x-qvl-vision": str(result.stats.get("vision", "none")),
+        "x-qvl-prefill-tokens": str(int(result.stats.get("prefill_tokens", 0))),
+        "x-qvl-cached-tokens": str(int(result.stats.get("cached_tokens", 0))),
+        "x-qvl-session-reused": "true" if result.reused else "false",
+    }
+
+
+def _api_error(exc: BaseException) -> ApiError:
+    """The client's view of a failure inside the generation thread."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, GenerationCancelled):
+        return ApiError(499, "The request was cancelled.", type="cancelled", code="cancelled")
+    if isinstance(exc, InputError):
+        return ApiError(400, str(exc), code="invalid_input")
+    if isinstance(exc, QvlError):
+        return ApiError(500, str(exc), type="server_error", code="engine_error")
+    log.error("generation failed", exc_info=exc)
+    return ApiError(
+        500,
+        f"The model failed unexpectedly ({type(exc).__name__}: {exc}).",
+        type="server_error",
+        code="internal_error",
+    )
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed `limit` bytes."""
+    too_big = ApiError(
+        413, f"The request body is over this server's limit of {limit:,} bytes.", code="request_too_large"
+    )
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _fetch_image(limit: int):
+    """A fetcher for http(s) image URLs, used only when the server was started with them allowed."""
+
+    def fetch(url: str) -> bytes:
+        import httpx
+
+        try:
+            with httpx.stream("GET", url, timeout=10.0, follow_redirects=True) as response:
+                response.raise_for_status()
+                data = bytearray()
+                for chunk in response.iter_bytes():
+                    data += chunk
+                    if len(data) > limit:
+                        raise ApiError(
+                            413, f"The image at {url} is over {limit:,} bytes.", code="image_too_large"
+                        )
+                return bytes(data)
+        except httpx.HTTPError as exc:
+            raise ApiError(
+                400, f"Could not fetch the image at {url} ({exc}).", code="image_fetch_failed"
+            ) from None
+
+    return fetch

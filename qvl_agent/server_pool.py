@@ -1,0 +1,85 @@
+"""Reuse for stateless clients: a bounded pool of recent sessions keyed by what they have seen.
+
+An OpenAI client sends the whole conversation with every request. The engine's sessions keep their KV
+cache (and the engine its vision features), so when a request's history — everything before its last
+user message — is exactly the conversation a pooled session already holds, that session answers it and
+only the new tokens are prefilled. Matching is by content, not by ids: the fingerprint covers the system
+text, every user text, every image's content hash and every assistant reply.
+
+A session is taken out of the pool while it generates, so two requests can never share one; when its
+turn ends cleanly it goes back under the fingerprint of its new, longer conversation. The pool is only
+touched from the server's single generation thread, but it locks anyway so metrics can read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.engine.base import Engine, Session
+
+
+def fingerprint(system: str | None, turns: Iterable[tuple[str, Sequence[Screenshot], str]]) -> str:
+    """A hash of a conversation's content: (user text, images, reply) per turn, plus the system text."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(json.dumps(["system", system]).encode())
+    for text, images, reply in turns:
+        h.update(json.dumps([text, [im.content_hash for im in images], reply], ensure_ascii=False).encode())
+    return h.hexdigest()
+
+
+def session_fingerprint(session: Session) -> str:
+    return fingerprint(session.system, ((t.text, t.images, t.reply) for t in session.turns))
+
+
+class SessionPool:
+    """Up to `capacity` idle sessions, least recently used evicted (and closed) first."""
+
+    def __init__(self, capacity: int = 8):
+        self.capacity = capacity
+        self._idle: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+    def checkout(
+        self, engine: Engine, system: str | None, history: Sequence[tuple[str, Sequence[Screenshot], str]]
+    ) -> tuple[Session, bool]:
+        """A session that holds exactly `history`: a pooled one (reused=True) or a new one fed the
+        history with `add_turn` (reused=False). The caller owns it until `checkin` or `close`."""
+        key = fingerprint(system, history)
+        with self._lock:
+            session = self._idle.pop(key, None)
+        if session is not None:
+            return session, True
+        session = engine.open_session(system=system)
+        for text, images, reply in history:
+            session.add_turn(text, images, reply)
+        return session, False
+
+    def checkin(self, session: Session) -> None:
+        """Put a session whose last turn ended cleanly back, under its new conversation's fingerprint."""
+        key = session_fingerprint(session)
+        evicted: list[Session] = []
+        with self._lock:
+            old = self._idle.pop(key, None)
+            if old is not None:
+                evicted.append(old)
+            self._idle[key] = session
+            while len(self._idle) > self.capacity:
+                evicted.append(self._idle.popitem(last=False)[1])
+        for s in evicted:
+            s.close()
+
+    def close(self) -> None:
+        with self._lock:
+            sessions = list(self._idle.values())
+            self._idle.clear()
+        for s in sessions:
+            s.close()

@@ -1,0 +1,206 @@
+"""Generation off the event loop: one worker thread owns the engine, fed through a bounded queue.
+
+Engines are not thread-safe, so every engine call (opening sessions, `add_turn`, `ask`) happens on the
+single worker thread. HTTP handlers `submit` a `Job` and read its events — ("start", info),
+("delta", text), ("done", result) or ("error", exception) — from an asyncio queue. When the queue of
+waiting jobs is full, `submit` refuses and the handler answers 429. A handler that gives up (client
+gone, timeout) calls `job.cancel()`: a queued job is skipped, a running one stops at its next token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from qvl_agent.engine.base import Engine, Session
+from qvl_agent.errors import GenerationCancelled
+from qvl_agent.server_pool import SessionPool
+from qvl_agent.server_protocol import ChatRequest
+
+
+class Job:
+    """One request's generation; events cross from the worker thread to the handler's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, work: Callable[[Job], None]):
+        self.loop = loop
+        self.work = work
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.session: Session | None = None
+        self.submitted = time.perf_counter()
+        self._cancelled = threading.Event()
+
+    def emit(self, kind: str, payload=None) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+        except RuntimeError:
+            pass  # the loop is gone (server shutting down): nobody is listening any more
+
+    def cancel(self) -> None:
+        """Stop this job: skipped if still queued, stopped at the next token if running. Any thread."""
+        self._cancelled.set()
+        session = self.session
+        if session is not None:
+            session.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+
+class Scheduler:
+    """A single generation thread with at most `max_queue` jobs waiting behind the running one."""
+
+    def __init__(self, max_queue: int = 16):
+        self.max_queue = max_queue
+        self._queue: queue.Queue[Job | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._running = 0
+        self._avg_job_s = 1.0  # moving average, for Retry-After
+        self._thread = threading.Thread(target=self._loop, name="qvl-generation", daemon=True)
+        self._thread.start()
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    def submit(self, job: Job) -> bool:
+        """Queue the job, or False when the queue is full."""
+        with self._lock:
+            if self._waiting >= self.max_queue:
+                return False
+            self._waiting += 1
+        self._queue.put(job)
+        return True
+
+    def retry_after_s(self) -> int:
+        """Seconds until a slot is likely free: the queue's expected drain time, at least one."""
+        return max(1, math.ceil(self._avg_job_s * (self._waiting + 1) / 2))
+
+    def _loop(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            with self._lock:
+                self._waiting -= 1
+                self._running += 1
+            start = time.perf_counter()
+            try:
+                if job.cancelled:
+                    job.emit("error", GenerationCancelled("The request was cancelled before it started."))
+                else:
+                    job.work(job)
+            except BaseException as exc:  # every failure goes back to its request; the thread lives on
+                job.emit("error", exc)
+            finally:
+                elapsed = time.perf_counter() - start
+                with self._lock:
+                    self._running -= 1
+                    self._avg_job_s = 0.8 * self._avg_job_s + 0.2 * elapsed
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+
+class StopFilter:
+    """Cuts the reply at the first stop string, holding back a tail that could still become one.
+    The engine should stop by itself; this guarantees the client never sees a stop string."""
+
+    def __init__(self, stops: tuple[str, ...]):
+        self.stops = stops
+        self.keep = max((len(s) for s in stops), default=1) - 1
+        self.buffer = ""
+        self.stopped = False
+
+    def feed(self, piece: str) -> str:
+        if not self.stops:
+            return piece
+        self.buffer += piece
+        cut = min((i for i in (self.buffer.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            out, self.buffer, self.stopped = self.buffer[:cut], "", True
+            return out
+        split = max(0, len(self.buffer) - self.keep)
+        out, self.buffer = self.buffer[:split], self.buffer[split:]
+        return out
+
+    def flush(self) -> str:
+        out, self.buffer = self.buffer, ""
+        return out
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    finish_reason: str  # "stop" or "length"
+    stats: dict  # TurnStats.as_dict() plus "vision" as the server reports it
+    reused: bool
+    queue_ms: float
+
+
+def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callable[[Job], None]:
+    """The worker-thread half of a chat completion: find or build the session, stream, re-pool."""
+
+    def work(job: Job) -> None:
+        queue_ms = (time.perf_counter() - job.submitted) * 1000
+        history = [(t.text, t.images, t.reply) for t in request.history]
+        session, reused = pool.checkout(engine, request.system, history)
+        job.session = session
+        job.emit("start", {"reused": reused})
+        stop = StopFilter(request.stop)
+        pieces: list[str] = []
+        clean = False
+        try:
+            stream = session.ask(request.text, request.images, request.options)
+            try:
+                for piece in stream:
+                    if job.cancelled:
+                        raise GenerationCancelled("The client went away.")
+                    out = stop.feed(piece)
+                    if out:
+                        pieces.append(out)
+                        job.emit("delta", out)
+                    if stop.stopped:
+                        break
+            finally:
+                stream.close()
+            tail = "" if stop.stopped else stop.flush()
+            if tail:
+                pieces.append(tail)
+                job.emit("delta", tail)
+            stats = session.last_stats.as_dict() if session.last_stats else {}
+            decoded = int(stats.get("decode_tokens", 0))
+            finish = "length" if not stop.stopped and decoded >= request.options.max_new_tokens else "stop"
+            stats["vision"] = _vision(stats.get("vision", "none"), reused, request)
+            clean = not stop.stopped and session.last_stats is not None
+            job.emit("done", ChatResult("".join(pieces), finish, stats, reused, queue_ms))
+        finally:
+            job.session = None
+            if clean and not job.cancelled:
+                pool.checkin(session)
+            else:
+                session.close()  # its KV state may be mid-turn: never reuse it
+
+    return work
+
+
+def _vision(turn_vision: str, reused: bool, request: ChatRequest) -> str:
+    """Whether the conversation's image features were computed for this request ("miss") or came from
+    the feature cache or a reused session's KV cache ("hit"); "none" when it has no images."""
+    if turn_vision in ("hit", "miss"):
+        return turn_vision
+    has_history_images = any(t.images for t in request.history)
+    if has_history_images:
+        return "hit" if reused else "miss"
+    return "none"
