@@ -1,0 +1,281 @@
+"""The ask window: a screenshot's thumbnail, a question box, and the answer streamed as Markdown.
+
+Follow-ups reuse the same engine session, so the screenshot is encoded once; the status line says
+whether the vision features were cached and how long the first token took. The window never waits on
+the engine: questions are queued on the engine thread (`EngineHost`) and pieces arrive as signals.
+
+Buttons: Copy (the last answer), Do it (hands the request to the automation loop), Playwright script
+(shown when a browser is on screen), Stop (cancels the running answer). Esc closes the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QGuiApplication, QKeySequence, QPixmap, QShortcut
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.engine.base import GenerationOptions, TurnStats
+from qvl_agent.ui.engine_worker import Conversation, EngineHost
+from qvl_agent.ui.screen import to_qimage
+
+TITLE = "qvl-agent: ask about the screen"
+THUMB_WIDTH = 360
+EventSink = Callable[..., None]
+
+
+def describe_stats(stats: TurnStats | None, turn: int) -> str:
+    """The status line after an answer: vision features cached or not, and the time to first token."""
+    if stats is None:
+        return "Answered."
+    if stats.vision == "hit":
+        vision = "vision features cached"
+    elif stats.vision == "miss":
+        vision = "vision features computed (not cached)"
+    elif turn > 1:
+        vision = "vision features reused from the first question"
+    else:
+        vision = "no image"
+    parts = [vision, f"first token {stats.ttft_ms:.0f} ms"]
+    if stats.cached_tokens:
+        parts.append(f"{stats.cached_tokens} of {stats.prompt_tokens} context tokens reused")
+    if stats.decode_tokens_per_s:
+        parts.append(f"{stats.decode_tokens_per_s:.0f} tokens/s")
+    return " · ".join(parts)
+
+
+class AskWindow(QWidget):
+    """One conversation about one screenshot."""
+
+    do_it_requested = Signal(str, object)  # the request, the Screenshot it is about
+    playwright_requested = Signal(str, object)
+    closed = Signal()
+
+    def __init__(
+        self,
+        host: EngineHost,
+        shot: Screenshot,
+        *,
+        browser_on_screen: bool = False,
+        options: GenerationOptions | None = None,
+        on_event: EventSink | None = None,
+    ) -> None:
+        super().__init__(None, Qt.WindowType.Window | Qt.WindowType.WindowStaysOnTopHint)
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.setWindowTitle(TITLE)
+        self.host = host
+        self.shot = shot
+        self.options = options
+        self.conversation = Conversation(images=(shot,))
+        self._emit = on_event or (lambda *a, **k: None)
+        self._request: int | None = None
+        self._answer = ""
+        self._question = ""
+        self._history: list[tuple[str, str]] = []  # finished (question, answer) pairs
+        self._render_pending = False
+        self.last_answer = ""
+        self.last_question = ""
+        self._build(browser_on_screen)
+        host.piece.connect(self._on_piece)
+        host.answered.connect(self._on_answered)
+        host.errored.connect(self._on_error)
+        host.cancelled.connect(self._on_cancelled)
+
+    # --- layout -------------------------------------------------------------------------------------
+
+    def _build(self, browser_on_screen: bool) -> None:
+        self.thumbnail = QLabel()
+        self.thumbnail.setPixmap(
+            QPixmap.fromImage(to_qimage(self.shot)).scaledToWidth(
+                THUMB_WIDTH, Qt.TransformationMode.SmoothTransformation
+            )
+        )
+        self.thumbnail.setToolTip(
+            f"{self.shot.width}×{self.shot.height} at ({self.shot.left}, {self.shot.top})"
+        )
+        self.answer_view = QTextBrowser()
+        self.answer_view.setOpenExternalLinks(True)
+        self.answer_view.setPlaceholderText("The answer appears here.")
+        self.question = QLineEdit()
+        self.question.setPlaceholderText("Ask about the screen and press Enter")
+        self.question.returnPressed.connect(self.submit)
+        self.question.textChanged.connect(self._update_buttons)
+        self.status = QLabel("Ask a question about this screenshot.")
+        self.status.setWordWrap(True)
+
+        self.copy_button = QPushButton("Copy")
+        self.do_it_button = QPushButton("Do it")
+        self.playwright_button = QPushButton("Playwright script")
+        self.stop_button = QPushButton("Stop")
+        self.copy_button.setToolTip("Copy the last answer")
+        self.do_it_button.setToolTip("Let the agent carry out the request on this screen")
+        self.playwright_button.setToolTip(
+            "Write a Playwright script for the request in the browser on screen"
+        )
+        self.copy_button.clicked.connect(self.copy_answer)
+        self.do_it_button.clicked.connect(self._do_it)
+        self.playwright_button.clicked.connect(self._playwright)
+        self.stop_button.clicked.connect(self.stop)
+        self.playwright_button.setVisible(browser_on_screen)
+
+        buttons = QHBoxLayout()
+        for button in (self.copy_button, self.do_it_button, self.playwright_button):
+            buttons.addWidget(button)
+        buttons.addStretch(1)
+        buttons.addWidget(self.stop_button)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.thumbnail, 0, Qt.AlignmentFlag.AlignHCenter)
+        layout.addWidget(self.answer_view, 1)
+        layout.addWidget(self.question)
+        layout.addWidget(self.status)
+        layout.addLayout(buttons)
+        self.resize(560, 640)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.close)
+        self._update_buttons()
+        self.question.setFocus()
+
+    def _update_buttons(self) -> None:
+        busy = self._request is not None
+        self.stop_button.setEnabled(busy)
+        self.copy_button.setEnabled(bool(self.last_answer))
+        has_request = bool(self.question.text().strip() or self.last_question)
+        self.do_it_button.setEnabled(not busy and has_request)
+        self.playwright_button.setEnabled(not busy and has_request)
+
+    # --- asking ---------------------------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._request is not None
+
+    @Slot()
+    def submit(self) -> None:
+        """Ask the question in the box (a follow-up after the first one)."""
+        text = self.question.text().strip()
+        if not text or self.busy:
+            return
+        if not self.host.is_ready:
+            self.status.setText(f"The model is not ready yet ({self.host.message}).")
+            return
+        self._question, self._answer = text, ""
+        self.question.clear()
+        self._request = self.host.ask(self.conversation, text, self.options)
+        self.status.setText("Answering…")
+        self._emit("question", text=text, turn=len(self._history) + 1)
+        self._render()
+        self._update_buttons()
+
+    @Slot()
+    def stop(self) -> None:
+        """Cancel the running answer; what arrived so far stays on screen."""
+        if self.busy:
+            self.conversation.cancel()
+            self.status.setText("Stopping…")
+
+    @Slot(int, str)
+    def _on_piece(self, request: int, piece: str) -> None:
+        if request != self._request:
+            return
+        self._answer += piece
+        if not self._render_pending:  # coalesce bursts of pieces into one re-render per event loop turn
+            self._render_pending = True
+            QTimer.singleShot(0, self._render)
+
+    @Slot(int, str, object)
+    def _on_answered(self, request: int, text: str, stats: TurnStats | None) -> None:
+        if request != self._request:
+            return
+        self._finish(text)
+        self.status.setText(describe_stats(stats, len(self._history)))
+        self._emit(
+            "answer_done", text=text, stats=stats.as_dict() if stats else None, turn=len(self._history)
+        )
+
+    @Slot(int, str)
+    def _on_error(self, request: int, message: str) -> None:
+        if request != self._request:
+            return
+        self._finish(self._answer)
+        self.status.setText(message)
+        self._emit("answer_error", message=message)
+
+    @Slot(int, str)
+    def _on_cancelled(self, request: int, partial: str) -> None:
+        if request != self._request:
+            return
+        self._finish(partial)
+        self.status.setText("Stopped.")
+        self._emit("answer_cancelled", text=partial)
+
+    def _finish(self, text: str) -> None:
+        self._answer = text
+        self._history.append((self._question, text))
+        self.last_question, self.last_answer = self._question, text
+        self._request = None
+        self._render()
+        self._update_buttons()
+
+    def _render(self) -> None:
+        self._render_pending = False
+        parts = [f"**You:** {q}\n\n{a}" for q, a in self._history]
+        if self.busy:
+            parts.append(f"**You:** {self._question}\n\n{self._answer}")
+        self.answer_view.setMarkdown("\n\n---\n\n".join(parts))
+        bar = self.answer_view.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    # --- buttons --------------------------------------------------------------------------------------
+
+    def request_text(self) -> str:
+        """What Do it / Playwright act on: the text in the box, else the last question asked."""
+        return self.question.text().strip() or self.last_question
+
+    @Slot()
+    def copy_answer(self) -> None:
+        QGuiApplication.clipboard().setText(self.last_answer)
+        self.status.setText("Answer copied.")
+
+    @Slot()
+    def _do_it(self) -> None:
+        request = self.request_text()
+        if request:
+            self.do_it_requested.emit(request, self.shot)
+
+    @Slot()
+    def _playwright(self) -> None:
+        request = self.request_text()
+        if request:
+            self.playwright_requested.emit(request, self.shot)
+
+    # --- window events --------------------------------------------------------------------------------
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt naming)
+        super().showEvent(event)
+        self._emit("ask_window_shown", width=self.shot.width, height=self.shot.height)
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.conversation.cancel()
+        for signal, slot in (
+            (self.host.piece, self._on_piece),
+            (self.host.answered, self._on_answered),
+            (self.host.errored, self._on_error),
+            (self.host.cancelled, self._on_cancelled),
+        ):
+            signal.disconnect(slot)
+        # Free the KV cache on the engine thread, behind whatever turn is still finishing there.
+        conversation = self.conversation
+        self.host.call(lambda _engine: conversation.close())
+        self._emit("ask_window_closed")
+        self.closed.emit()
+        super().closeEvent(event)
