@@ -1,0 +1,59 @@
+"""Token selection and streaming text: pure tensor and string helpers for the decode loop."""
+
+from __future__ import annotations
+
+import torch
+
+
+def select_token(logits: torch.Tensor, temperature: float, top_p: float, generator=None) -> torch.Tensor:
+    """`logits [1, V]` -> `[1, 1]` token on the same device: argmax when temperature is 0, else
+    nucleus sampling. Stays on the device; the caller decides when to synchronise."""
+    if temperature <= 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p  # always keeps the top token
+        sorted_probs = sorted_probs * keep
+        choice = torch.multinomial(sorted_probs, 1, generator=generator)
+        return order.gather(-1, choice)
+    return torch.multinomial(probs, 1, generator=generator)
+
+
+class TextStream:
+    """Turns generated ids into text pieces. Holds back an incomplete UTF-8 sequence and any tail that
+    could still become a stop string, so nothing past a stop string is ever shown."""
+
+    def __init__(self, tokenizer, stop: tuple[str, ...] = ()):
+        self.tokenizer = tokenizer
+        self.stop = tuple(s for s in stop if s)
+        self.ids: list[int] = []
+        self.emitted = 0  # characters of the decoded text already yielded
+        self.stopped = False
+
+    def text(self) -> str:
+        return self.tokenizer.decode(self.ids, skip_special_tokens=True)
+
+    def push(self, token_id: int) -> str:
+        """Add a token; return the text that can be shown now (may be empty)."""
+        self.ids.append(token_id)
+        text = self.text()
+        if text.endswith("\ufffd"):
+            return ""  # a multi-byte character is not complete yet
+        for s in self.stop:
+            at = text.find(s, max(0, self.emitted - len(s)))
+            if at >= 0:
+                self.stopped = True
+                return self._take(text, at)
+        hold = max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        return self._take(text, len(text) - hold)
+
+    def flush(self) -> str:
+        """What is left once generation ends without a stop string."""
+        return "" if self.stopped else self._take(self.text(), None)
+
+    def _take(self, text: str, end: int | None) -> str:
+        end = len(text) if end is None else end
+        piece = text[self.emitted:end] if end > self.emitted else ""
+        self.emitted = max(self.emitted, end)
+        return piece

@@ -1,0 +1,343 @@
+"""The resident local engine: Qwen3-VL on transformers, loaded once and kept warm.
+
+What it does beyond `generate`:
+- preprocessing in torch on the model's device from raw capture bytes (`preprocess.py`);
+- vision features cached by a hash of what the model sees and fed back through `mm_encoder_outputs`
+  (never an `inputs_embeds`-only path, which would silently drop DeepStack);
+- per-session KV reuse: a follow-up prefills only its new tokens, token-exactly (generated ids are
+  kept, never re-tokenized) with explicit 3-row M-RoPE position ids (no hidden `rope_deltas` state);
+- its own decode loop, so tokens stream as they are chosen and a turn can be cancelled between tokens.
+
+What it does not know: where images come from, prompts for agents, HTTP. One generation runs at a
+time (`self.lock`); sessions are isolated and idle ones lose their KV cache under a memory cap.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.config import Settings
+from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
+from qvl_agent.engine.context import Context, ImageSpan, reusable_prefix, tokenize_with_images
+from qvl_agent.engine.decode import TextStream, select_token
+from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
+from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
+from qvl_agent.errors import EngineError, GenerationCancelled, ModelNotFoundError
+
+
+def pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise EngineError(f"Device {device} was asked for, but this machine has no usable CUDA GPU.")
+    return torch.device(device)
+
+
+def _load_pretrained(model_id: str, dtype: torch.dtype):
+    """Model and processor from a directory or the Hugging Face cache, one readable error otherwise."""
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+
+    path = Path(model_id).expanduser()
+    is_dir = path.is_dir()
+    if not is_dir and (model_id.startswith((".", "/", "~")) or path.exists()):
+        raise ModelNotFoundError(f"The model directory {model_id} does not exist.")
+    if is_dir and not (path / "config.json").exists():
+        raise ModelNotFoundError(f"{model_id} does not hold a model (no config.json in it).")
+    source = str(path) if is_dir else model_id
+    attempts = [True] if is_dir else [True, False]  # the local cache first, then the network
+    last: Exception | None = None
+    for local_only in attempts:
+        try:
+            processor = AutoProcessor.from_pretrained(source, local_files_only=local_only)
+            model = Qwen3VLForConditionalGeneration.from_pretrained(
+                source, dtype=dtype, attn_implementation="sdpa", local_files_only=local_only
+            )
+            return model, processor
+        except (OSError, ValueError) as exc:
+            last = exc
+    if is_dir:
+        raise EngineError(f"{model_id} could not be loaded as a Qwen3-VL model ({last}).")
+    raise ModelNotFoundError(
+        f"The model {model_id} is not in the Hugging Face cache and could not be downloaded; "
+        "download it where there is network (huggingface-cli download "
+        f"{model_id} --local-dir DIR) and pass --model DIR or set QVL_MODEL=DIR."
+    )
+
+
+class Qwen3VLEngine(Engine):
+    def __init__(self, model, processor, name: str = "qwen3-vl", settings: Settings | None = None):
+        self.settings = settings or Settings()
+        self.model = model.eval()
+        self.processor = processor
+        self.tokenizer = processor.tokenizer
+        self.name = name
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        cfg = model.config
+        self.image_token_id = cfg.image_token_id
+        self.image_token = processor.image_token
+        self.merge = cfg.vision_config.spatial_merge_size
+        self.pp = PreprocessSettings.from_processor(processor.image_processor, self.settings.max_pixels)
+        self.identity = f"{name}|{self.dtype}|{self.device}"
+        self.features = FeatureCache(self.settings.feature_cache_mb * 2**20)
+        eos = model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        self.im_end = "<|im_end|>"
+        self.lock = __import__("threading").RLock()
+        self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
+        self.vision_runs = 0  # how many times the vision tower ran (tests check reuse with it)
+
+    @classmethod
+    def load(cls, model_id: str, device: str = "auto", settings: Settings | None = None) -> Qwen3VLEngine:
+        dev = pick_device(device)
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        model, processor = _load_pretrained(model_id, dtype)
+        return cls(model.to(dev), processor, name=model_id, settings=settings)
+
+    def open_session(self, images: Sequence[Screenshot] = (), system=None, tools=None) -> LocalSession:
+        session = LocalSession(self, images, system, tools)
+        self._sessions[session.id] = session
+        return session
+
+    def close(self) -> None:
+        for session in list(self._sessions.values()):
+            session.close()
+        self.features.clear()
+
+    # --- pieces of a turn -----------------------------------------------------------------------------
+
+    def image_entry(self, shot: Screenshot) -> tuple[str, int, tuple[int, int, int]]:
+        """(feature key, visual tokens, grid) without touching pixels beyond the content hash."""
+        grid = grid_for(shot, self.pp)
+        return feature_key(shot.content_hash, self.pp, self.identity), grid[1] * grid[2] // self.merge**2, grid
+
+    @torch.inference_mode()
+    def encode_images(self, shots: list[tuple[Screenshot, str]]) -> tuple[list[Features], float, float, bool]:
+        """Features for each (screenshot, key): from the cache, else preprocess + vision tower.
+        Returns (features, preprocess_ms, vision_ms, ran_vision)."""
+        out: list[Features] = []
+        pre_ms = vis_ms = 0.0
+        ran = False
+        for shot, key in shots:
+            feats = self.features.get(key)
+            if feats is None:
+                t0 = time.perf_counter()
+                pixel_values, grid = preprocess(shot, self.pp, self.device)
+                self._sync()
+                t1 = time.perf_counter()
+                vo = self.model.model.get_image_features(pixel_values, grid, return_dict=True)
+                feats = Features(
+                    vo.pooler_output[0], tuple(level[0] for level in vo.deepstack_features), tuple(grid[0].tolist())
+                )
+                self._sync()
+                pre_ms += (t1 - t0) * 1000
+                vis_ms += (time.perf_counter() - t1) * 1000
+                self.vision_runs += 1
+                ran = True
+                self.features.put(key, feats)
+            out.append(feats)
+        return out, pre_ms, vis_ms, ran
+
+    def positions(self, ctx: Context) -> torch.Tensor:
+        """Explicit M-RoPE position ids `[3, 1, L]` for the whole context."""
+        ids = torch.tensor([ctx.ids], device=self.device)
+        if not ctx.images:
+            return torch.arange(len(ctx.ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)
+        mm_types = (ids == self.image_token_id).int()
+        grids = torch.tensor([s.grid_thw for s in ctx.images], device=self.device)
+        pos, _ = self.model.model.get_rope_index(ids, mm_token_type_ids=mm_types, image_grid_thw=grids)
+        return pos
+
+    def forward(self, ids: torch.Tensor, pos: torch.Tensor, cache, feats: list[Features]) -> torch.Tensor:
+        """Run `ids [1, S]` at `pos [3, 1, S]` on top of `cache`; logits of the last position `[1, V]`."""
+        mm = None
+        if feats:
+            from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+            levels = len(feats[0].deepstack)
+            mm = {
+                "image": BaseModelOutputWithDeepstackFeatures(
+                    pooler_output=tuple(f.embeds for f in feats),
+                    deepstack_features=[tuple(f.deepstack[i] for f in feats) for i in range(levels)],
+                )
+            }
+        out = self.model(input_ids=ids, position_ids=pos, cache=cache, mm_encoder_outputs=mm, use_cache=True,
+                         logits_to_keep=1)
+        return out.logits[:, -1]
+
+    def render(self, messages: list[dict], tools, add_generation_prompt: bool) -> str:
+        return self.processor.apply_chat_template(
+            messages, tools=tools or None, tokenize=False, add_generation_prompt=add_generation_prompt
+        )
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def enforce_memory_cap(self, keep: LocalSession) -> None:
+        """Drop the KV caches of the least recently used idle sessions beyond the memory cap."""
+        cap = self.settings.session_memory_mb * 2**20
+        sessions = sorted(self._sessions.values(), key=lambda s: s.last_used)
+        total = sum(s.kv_bytes() for s in sessions)
+        for s in sessions:
+            if total <= cap:
+                break
+            if s is not keep:
+                total -= s.kv_bytes()
+                s.drop_cache()
+
+
+class LocalSession(Session):
+    def __init__(self, engine: Qwen3VLEngine, images, system, tools):
+        super().__init__(images, system, tools)
+        self.engine = engine
+        self.cache = None  # transformers Cache holding KV for self.cached.ids
+        self.cached = Context()  # what the KV cache holds
+        self.context = Context()  # the whole conversation so far (cached + the last sampled token)
+        self.last_used = time.monotonic()
+
+    def kv_bytes(self) -> int:
+        if self.cache is None:
+            return 0
+        total = 0
+        for layer in getattr(self.cache, "layers", []):
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+        return total
+
+    def drop_cache(self) -> None:
+        self.cache = None
+        self.cached = Context()
+
+    def close(self) -> None:
+        self.drop_cache()
+        self.context = Context()
+
+    def _messages(self, text: str, images: tuple[Screenshot, ...]) -> tuple[list[dict], list[Screenshot]]:
+        messages: list[dict] = []
+        if self.system:
+            messages.append({"role": "system", "content": self.system})
+        order: list[Screenshot] = []
+        for turn in self.turns:
+            messages.append(_user(turn.text, turn.images))
+            order.extend(turn.images)
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": turn.reply}]})
+        messages.append(_user(text, images))
+        order.extend(images)
+        return messages, order
+
+    def _target(self, text: str, images: tuple[Screenshot, ...]) -> tuple[Context, list[Screenshot]]:
+        """The context for this turn, extending the previous one token-exactly when possible."""
+        e = self.engine
+        messages, shots = self._messages(text, images)
+        rendered = e.render(messages, self.tools, add_generation_prompt=True)
+        entries = [e.image_entry(s) for s in shots]
+        prev = self.context
+        if rendered.startswith(prev.text) and len(prev.images) <= len(entries):
+            known = [im.key for im in prev.images]
+            if known == [k for k, _, _ in entries[: len(known)]]:
+                suffix = rendered[len(prev.text):]
+                new = entries[len(known):]
+                if suffix.count(e.image_token) == len(new):
+                    ids, spans = tokenize_with_images(e.tokenizer, suffix, e.image_token, e.image_token_id, new)
+                    return prev.extended(ids, spans, suffix), shots
+        ids, spans = tokenize_with_images(e.tokenizer, rendered, e.image_token, e.image_token_id, entries)
+        return Context(ids, spans, rendered), shots
+
+    @torch.inference_mode()
+    def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
+        e = self.engine
+        with e.lock:
+            start = time.perf_counter()
+            self.last_used = time.monotonic()
+            target, shots = self._target(text, images)
+            reuse = reusable_prefix(self.cached, target) if self.cache is not None else 0
+            if self.cache is None or reuse == 0:
+                from transformers import DynamicCache
+
+                self.cache = DynamicCache(config=e.model.config)
+                reuse = 0
+            else:
+                self.cache.crop(reuse - self.cache.get_seq_length())  # a negative count removes tokens
+            by_key = {s.content_hash: s for s in shots}
+            keyed = {e.image_entry(s)[0]: s for s in by_key.values()}
+            fresh = [span for span in target.images if span.start >= reuse]
+            feats, pre_ms, vis_ms, ran = e.encode_images([(keyed[span.key], span.key) for span in fresh])
+
+            pos = e.positions(target)  # [3, 1, L]
+            new_ids = torch.tensor([target.ids[reuse:]], device=e.device)
+            logits = e.forward(new_ids, pos[:, :, reuse:], self.cache, feats)
+            self.cached = Context(list(target.ids), list(target.images), target.text)
+            next_pos = int(pos.max()) + 1
+
+            stream = TextStream(e.tokenizer, options.stop)
+            generated: list[int] = []
+            ttft = None
+            ended_with_eos = False
+            decode_start = time.perf_counter()
+            try:
+                while len(generated) < options.max_new_tokens:
+                    if self.cancelled:
+                        raise GenerationCancelled("The answer was stopped.")
+                    if len(generated) < options.min_new_tokens:
+                        logits[:, list(e.eos_ids)] = float("-inf")
+                    token = select_token(logits, options.temperature, options.top_p)
+                    token_id = int(token)  # the one host sync per token: streaming needs the text
+                    generated.append(token_id)
+                    if ttft is None:
+                        ttft = (time.perf_counter() - start) * 1000
+                        decode_start = time.perf_counter()
+                    if token_id in e.eos_ids:
+                        ended_with_eos = True
+                        break
+                    piece = stream.push(token_id)
+                    if piece:
+                        yield piece
+                    if stream.stopped or len(generated) >= options.max_new_tokens:
+                        break
+                    step_pos = torch.full((3, 1, 1), next_pos, device=e.device, dtype=torch.long)
+                    logits = e.forward(token.view(1, 1), step_pos, self.cache, [])
+                    self.cached.ids.append(token_id)
+                    next_pos += 1
+                tail = stream.flush()
+                if tail:
+                    yield tail
+            finally:
+                reply_text = stream.text()
+                self.context = Context(
+                    target.ids + generated,
+                    list(target.images),
+                    target.text + reply_text + (e.im_end if ended_with_eos else ""),
+                )
+                end = time.perf_counter()
+                n_decode = max(len(generated) - 1, 0)  # tokens after the first
+                self.last_stats = TurnStats(
+                    preprocess_ms=pre_ms,
+                    vision=("miss" if ran else "hit") if target.images else "none",
+                    vision_ms=vis_ms,
+                    prefill_tokens=len(target.ids) - reuse,
+                    ttft_ms=ttft if ttft is not None else (end - start) * 1000,
+                    decode_tokens=len(generated),
+                    decode_tokens_per_s=n_decode / (end - decode_start) if n_decode else 0.0,
+                    total_ms=(end - start) * 1000,
+                    prompt_tokens=len(target.ids),
+                    cached_tokens=reuse,
+                )
+                self.last_used = time.monotonic()
+                e.enforce_memory_cap(keep=self)
+
+
+def _user(text: str, images: Sequence[Screenshot]) -> dict:
+    content = [{"type": "image"} for _ in images]
+    content.append({"type": "text", "text": text})
+    return {"role": "user", "content": content}
+
+
+__all__ = ["ImageSpan", "LocalSession", "Qwen3VLEngine", "pick_device"]

@@ -1,0 +1,256 @@
+"""A client for any OpenAI-compatible chat server: `qvl-agent serve`, vLLM or SGLang serving Qwen3-VL.
+
+`RemoteEngine(url, api_key, model)` keeps the Engine/Session contract of `engine/base.py`: a session
+remembers its turns locally and sends the whole conversation with each `ask` (the API is stateless),
+images as base64 PNG data URLs, and streams the reply over SSE. Servers that reuse prefixes by content
+(ours matches pooled sessions; vLLM and SGLang have prefix caches) then prefill only the new tokens.
+Stats come from the stream: time to first token is measured here; token counts come from the usage
+chunk; when the server is qvl-agent's own, its `qvl` stats (vision hit/miss, prefill tokens) are used.
+
+Every failure is a `RemoteEngineError` with one sentence: connection refused, a refused key (401),
+any other 4xx/5xx with the server's own message, a timeout, or a connection that broke mid-answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+
+import httpx
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.config import DEFAULT_MODEL
+from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
+from qvl_agent.errors import GenerationCancelled, RemoteEngineError
+
+STAT_FIELDS = ("preprocess_ms", "vision_ms", "prefill_tokens", "prompt_tokens", "cached_tokens")
+
+
+def normalize_url(url: str) -> str:
+    """The API base ending in /v1: `http://host:8000`, `.../v1` and `.../v1/` all name the same server."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise RemoteEngineError(f"--engine openai:URL needs an http:// or https:// URL, not {url!r}.")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+class RemoteEngine(Engine):
+    """An engine whose model runs behind an OpenAI-compatible HTTP API."""
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str = "",
+        model: str = DEFAULT_MODEL,
+        timeout_s: float = 120.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.base_url = normalize_url(url)
+        self.name = f"openai:{self.base_url}"
+        self.requested_model = model
+        self.timeout_s = timeout_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.client = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            transport=transport,
+        )
+        self._model: str | None = None
+        self._lock = threading.Lock()
+        self._png_urls: OrderedDict[str, str] = OrderedDict()  # content hash -> data URL
+
+    def open_session(self, images=(), system=None, tools=None) -> RemoteSession:
+        return RemoteSession(self, images, system, tools)
+
+    def close(self) -> None:
+        self.client.close()
+
+    @property
+    def model(self) -> str:
+        """The model id to send: the one asked for when the server lists it; when qvl-agent was left on
+        its default model and the server serves exactly one, that one (a server's single model is what
+        the person meant); otherwise an error naming what the server has."""
+        with self._lock:
+            if self._model is None:
+                self._model = self._resolve_model()
+            return self._model
+
+    def _resolve_model(self) -> str:
+        try:
+            response = self.client.get("/models")
+        except httpx.HTTPError as exc:
+            raise self.transport_error(exc) from None
+        if response.status_code in (401, 403):
+            raise self.status_error(response)
+        if response.status_code != 200:
+            return self.requested_model  # a server without /models: trust the name given
+        try:
+            served = [m["id"] for m in response.json()["data"]]
+        except (ValueError, KeyError, TypeError):
+            return self.requested_model
+        if self.requested_model in served or not served:
+            return self.requested_model
+        if self.requested_model == DEFAULT_MODEL and len(served) == 1:
+            return served[0]
+        raise RemoteEngineError(
+            f"The model server at {self.base_url} does not serve {self.requested_model!r}; it serves "
+            f"{', '.join(map(repr, served))} (pick one with --model)."
+        )
+
+    def image_url(self, shot: Screenshot) -> str:
+        """A PNG data URL for the screenshot, encoded once per content hash (follow-ups resend it)."""
+        key = shot.content_hash
+        with self._lock:
+            cached = self._png_urls.get(key)
+            if cached is not None:
+                self._png_urls.move_to_end(key)
+                return cached
+        url = "data:image/png;base64," + base64.b64encode(shot.to_png()).decode("ascii")
+        with self._lock:
+            self._png_urls[key] = url
+            while len(self._png_urls) > 32:
+                self._png_urls.popitem(last=False)
+        return url
+
+    def transport_error(self, exc: Exception) -> RemoteEngineError:
+        if isinstance(exc, httpx.TimeoutException):
+            return RemoteEngineError(f"The model server at {self.base_url} did not answer within {self.timeout_s:g} s.")
+        if isinstance(exc, httpx.ConnectError):
+            reason = "connection refused" if "refused" in str(exc).lower() else str(exc) or type(exc).__name__
+            return RemoteEngineError(f"Cannot connect to the model server at {self.base_url} ({reason}); is it running?")
+        return RemoteEngineError(f"The connection to the model server at {self.base_url} failed ({exc}).")
+
+    def status_error(self, response: httpx.Response) -> RemoteEngineError:
+        try:
+            response.read()
+            detail = response.json().get("error", {})
+            message = detail.get("message") if isinstance(detail, dict) else str(detail)
+        except (ValueError, AttributeError, httpx.HTTPError):
+            message = None
+        message = (message or response.text[:200] or response.reason_phrase).strip().rstrip(".")
+        status = response.status_code
+        if status in (401, 403):
+            return RemoteEngineError(
+                f"The model server at {self.base_url} refused the API key ({status}: {message}); "
+                "set QVL_API_KEY to its token."
+            )
+        return RemoteEngineError(f"The model server at {self.base_url} answered {status}: {message}.")
+
+
+class RemoteSession(Session):
+    def __init__(self, engine: RemoteEngine, images, system, tools):
+        super().__init__(images, system, tools)
+        self.engine = engine
+        self._response: httpx.Response | None = None
+
+    def cancel(self) -> None:
+        super().cancel()
+        response = self._response
+        if response is not None:
+            response.close()  # unblocks a read waiting on the server; ours then stops generating
+
+    def _content(self, text: str, images: Sequence[Screenshot]):
+        if not images:
+            return text
+        parts: list[dict] = [{"type": "image_url", "image_url": {"url": self.engine.image_url(im)}} for im in images]
+        parts.append({"type": "text", "text": text})
+        return parts
+
+    def messages(self, text: str, images: Sequence[Screenshot]) -> list[dict]:
+        """The whole conversation as OpenAI messages, ending with the new user turn."""
+        out: list[dict] = []
+        if self.system:
+            out.append({"role": "system", "content": self.system})
+        for turn in self.turns:
+            out.append({"role": "user", "content": self._content(turn.text, turn.images)})
+            out.append({"role": "assistant", "content": turn.reply})
+        out.append({"role": "user", "content": self._content(text, images)})
+        return out
+
+    def _body(self, text: str, images: Sequence[Screenshot], options: GenerationOptions) -> dict:
+        body = {
+            "model": self.engine.model,
+            "messages": self.messages(text, images),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": options.max_new_tokens,
+            "temperature": options.temperature,
+            "top_p": options.top_p,
+        }
+        if options.stop:
+            body["stop"] = list(options.stop)
+        if options.min_new_tokens:
+            body["min_tokens"] = options.min_new_tokens  # vLLM's extension; others ignore it
+        return body
+
+    def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
+        engine = self.engine
+        body = self._body(text, images, options)
+        start = time.perf_counter()
+        first: float | None = None
+        pieces = 0
+        usage: dict = {}
+        qvl: dict = {}
+        try:
+            with engine.client.stream("POST", "/chat/completions", json=body) as response:
+                self._response = response
+                if response.status_code != 200:
+                    raise engine.status_error(response)
+                for line in response.iter_lines():
+                    if self.cancelled:
+                        raise GenerationCancelled("The answer was stopped.")
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(payload)
+                    except json.JSONDecodeError:
+                        raise RemoteEngineError(
+                            f"The model server at {engine.base_url} sent a stream that is not JSON."
+                        ) from None
+                    if "error" in chunk:
+                        err = chunk["error"]
+                        message = err.get("message", err) if isinstance(err, dict) else err
+                        raise RemoteEngineError(f"The model server at {engine.base_url} failed: {message}")
+                    usage = chunk.get("usage") or usage
+                    qvl = chunk.get("qvl") or qvl
+                    for choice in chunk.get("choices") or ():
+                        piece = (choice.get("delta") or {}).get("content")
+                        if piece:
+                            first = first or time.perf_counter()
+                            pieces += 1
+                            yield piece
+        except httpx.HTTPError as exc:
+            if self.cancelled:
+                raise GenerationCancelled("The answer was stopped.") from None
+            raise engine.transport_error(exc) from None
+        finally:
+            self._response = None
+        end = time.perf_counter()
+        self.last_stats = _stats(start, first, end, pieces, usage, qvl, images)
+
+
+def _stats(start, first, end, pieces, usage: dict, qvl: dict, images) -> TurnStats:
+    decoded = int(usage.get("completion_tokens") or pieces)
+    prompt = int(usage.get("prompt_tokens") or 0)
+    cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
+    decode_s = max(end - (first or end), 1e-9)
+    values = {"prompt_tokens": prompt, "cached_tokens": cached, "prefill_tokens": max(prompt - cached, 0)}
+    values.update({k: qvl[k] for k in STAT_FIELDS if isinstance(qvl.get(k), int | float)})
+    # Without the server's word, assume new images went through the vision tower.
+    vision = qvl.get("vision") if qvl.get("vision") in ("hit", "miss", "none") else ("miss" if images else "none")
+    return TurnStats(
+        vision=vision,
+        ttft_ms=((first or end) - start) * 1000,
+        decode_tokens=decoded,
+        decode_tokens_per_s=(decoded - 1) / decode_s if decoded > 1 else 0.0,
+        total_ms=(end - start) * 1000,
+        **values,
+    )
