@@ -96,7 +96,6 @@ FORBIDDEN_ATTRIBUTES = frozenset(
 FORBIDDEN_KEYWORDS = frozenset(
     {
         "path",
-        "args",
         "ignore_default_args",
         "env",
         "downloads_path",
@@ -106,6 +105,18 @@ FORBIDDEN_KEYWORDS = frozenset(
         "user_data_dir",
         "firefox_user_prefs",
     }
+)
+
+SAFE_BROWSER_ARGS = (
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-extensions",
+    "--mute-audio",
 )
 
 READ_MODES = frozenset({"r", "rt", "rb", "tr", "br"})
@@ -130,6 +141,7 @@ class Verdict:
 class _Checker(ast.NodeVisitor):
     def __init__(self) -> None:
         self.module_aliases: dict[str, str] = {}  # local name -> allowed module it is bound to
+        self.safe_arg_lists: set[str] = set()  # names bound (once) to a literal list of safe browser flags
 
     def fail(self, node: ast.AST, reason: str) -> None:
         raise ScriptRejected(getattr(node, "lineno", 0), reason)
@@ -174,14 +186,13 @@ class _Checker(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("_"):
             self.fail(node, f"the private attribute .{node.attr} is not allowed")
+        module = self.module_aliases.get(node.value.id) if isinstance(node.value, ast.Name) else None
+        if module and ALLOWED_MODULES[module] is not None and node.attr not in ALLOWED_MODULES[module]:
+            self.fail(node, f"using {module}.{node.attr} is not allowed")
         if node.attr in FORBIDDEN_ATTRIBUTES:
             why = "it writes files, runs programs or leaves the page"
             self.fail(node, f".{node.attr} is not allowed ({why})")
-        if isinstance(node.value, ast.Name) and node.value.id in self.module_aliases:
-            module = self.module_aliases[node.value.id]
-            allowed = ALLOWED_MODULES[module]
-            if allowed is not None and node.attr not in allowed:
-                self.fail(node, f"using {module}.{node.attr} is not allowed")
+        if module:
             return  # the module name itself was checked just now
         self.generic_visit(node)
 
@@ -192,12 +203,32 @@ class _Checker(ast.NodeVisitor):
             if kw.arg in FORBIDDEN_KEYWORDS:
                 why = "it writes files or changes how the browser starts"
                 self.fail(node, f"the argument {kw.arg}= is not allowed ({why})")
+            if kw.arg == "args":
+                self._check_browser_args(node, kw.value)
             if kw.arg == "executable_path" and isinstance(kw.value, ast.Constant):
                 self.fail(node, "executable_path must come from --browser or QVL_BROWSER, not a fixed path")
             if kw.arg is None:
                 self.fail(node, "passing **keyword arguments is not allowed (they hide what is called)")
         if isinstance(node.func, ast.Name) and node.func.id == "open":
             self._check_open(node)
+        self.generic_visit(node)
+
+    def _check_browser_args(self, node: ast.Call, value: ast.expr) -> None:
+        # Flags such as --renderer-cmd-prefix make Chromium run any program: only known-safe ones pass.
+        if isinstance(value, ast.Name) and value.id in self.safe_arg_lists:
+            return
+        if not _is_safe_arg_list(value):
+            allowed = " ".join(SAFE_BROWSER_ARGS)
+            self.fail(node, f"args= may only be a literal list of these browser flags: {allowed}")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        # `CHROMIUM_ARGS = [...]` with safe flags may be passed as args=CHROMIUM_ARGS later.
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if _is_safe_arg_list(node.value):
+                self.safe_arg_lists.add(name)
+            else:
+                self.safe_arg_lists.discard(name)
         self.generic_visit(node)
 
     def _check_open(self, node: ast.Call) -> None:
@@ -212,6 +243,12 @@ class _Checker(ast.NodeVisitor):
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
         self.fail(node, "async code is not allowed; use Playwright's sync API")
+
+
+def _is_safe_arg_list(value: ast.expr) -> bool:
+    return isinstance(value, ast.List | ast.Tuple) and all(
+        isinstance(item, ast.Constant) and item.value in SAFE_BROWSER_ARGS for item in value.elts
+    )
 
 
 def _allowed_list() -> str:
