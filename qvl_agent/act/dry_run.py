@@ -1,0 +1,38 @@
+"""A dry run: observe the real screen, carry out nothing, remember what would have been done.
+
+Wraps another executor for `observe` only (the desktop's mss grab or the browser's page screenshot), so
+the model sees the real screen while the pointer and the keyboard stay untouched. Each action is mapped
+to pixels exactly as the real executor would, so a dry run shows where every click would land.
+"""
+
+from __future__ import annotations
+
+from qvl_agent import actions as A
+from qvl_agent.act.base import ActionResult, Executor
+from qvl_agent.capture import Screenshot
+from qvl_agent.parse import to_pixels
+
+
+class DryRunExecutor:
+    name = "dry-run"
+
+    def __init__(self, inner: Executor):
+        self.inner = inner
+        self.done: list[tuple[A.Action, list[tuple[int, int]]]] = []
+
+    def observe(self) -> Screenshot:
+        return self.inner.observe()
+
+    def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
+        pixels = [to_pixels(x, y, shot) for x, y in A.points(action)]
+        self.done.append((action, pixels))
+        where = " at " + " -> ".join(f"({x}, {y})" for x, y in pixels) if pixels else ""
+        return ActionResult(
+            True, f"dry run: would {A.describe(action)}{where}", {"pixels": [list(p) for p in pixels]}
+        )
+
+    def wait_until_settled(self, timeout_s: float) -> None:
+        """Nothing was done, so nothing can change."""
+
+    def close(self) -> None:
+        self.inner.close()

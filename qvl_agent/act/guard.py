@@ -1,0 +1,201 @@
+"""The safety guard between the model's actions and the executor.
+
+Every action passes `Guard.check(action, shot)` right before it runs, so the checks hold between the
+actions of one reply as well as between steps:
+
+* the emergency stop (a `StopSwitch`, set by the stop hotkey through pynput or by `stop()` from any
+  thread) halts the run: `check` raises `EmergencyStop`, `sleep` wakes at once, and callbacks registered
+  with `StopSwitch.on_stop` (the agent registers the engine session's `cancel`) run on the spot;
+* confinement: a point outside the allowed monitor or region raises `OffScreenError` (the model is told);
+* modes: `confirm` shows the action with its pixel coordinates and asks yes/no (a "no" stops the run),
+  `auto` runs without asking, `dry-run` is carried by the dry-run executor (the guard still checks).
+
+pynput is imported only when the hotkey listener starts, because importing it without a display raises.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable
+
+from qvl_agent import actions as A
+from qvl_agent.capture import Region, Screenshot
+from qvl_agent.errors import EmergencyStop, OffScreenError
+from qvl_agent.parse import to_pixels
+
+MODES = ("confirm", "auto", "dry-run")
+DEFAULT_STOP_HOTKEY = "<ctrl>+<alt>+<esc>"
+
+Pixels = list[tuple[int, int]]
+Confirm = Callable[[A.Action, Pixels, Screenshot], bool]
+
+
+class StopSwitch:
+    """A thread-safe emergency stop: set once by a hotkey, a button or code; checked everywhere."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self.reason = ""
+
+    def stop(self, reason: str = "The emergency stop was pressed.") -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.reason = reason
+            self._event.set()
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # a failing callback must not keep the stop from reaching the rest
+                pass
+
+    def on_stop(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run `callback` when the switch is set (at once if it already is); returns an unregister."""
+        with self._lock:
+            self._callbacks.append(callback)
+            already = self._event.is_set()
+        if already:
+            callback()
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return remove
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise EmergencyStop(self.reason)
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, but wake the moment the switch is set and raise EmergencyStop."""
+        if self._event.wait(max(0.0, seconds)):
+            raise EmergencyStop(self.reason)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._event.clear()
+            self.reason = ""
+
+
+class HotkeyListener:
+    """A global hotkey (pynput GlobalHotKeys syntax, e.g. "<ctrl>+<alt>+<esc>") that sets a StopSwitch."""
+
+    def __init__(self, hotkey: str, switch: StopSwitch):
+        self.hotkey = hotkey
+        self.switch = switch
+        self._listener = None
+
+    def start(self) -> None:
+        """Start listening; raises RuntimeError with a readable reason when global hotkeys are unavailable."""
+        try:
+            from pynput import keyboard
+
+            self._listener = keyboard.GlobalHotKeys(
+                {
+                    self.hotkey: lambda: self.switch.stop(
+                        f"The emergency stop hotkey {self.hotkey} was pressed."
+                    )
+                }
+            )
+            self._listener.start()
+            self._listener.wait()  # the X11 recording context is live once this returns
+        except ValueError as exc:
+            raise RuntimeError(f"the hotkey {self.hotkey!r} cannot be used ({exc})") from None
+        except Exception as exc:  # pynput raises Xlib errors or ImportError without a display
+            raise RuntimeError(f"global hotkeys are not available here ({exc})") from None
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.stop()
+            self._listener = None
+
+
+def describe_pixels(action: A.Action, pixels: Pixels) -> str:
+    text = A.describe(action)
+    if pixels:
+        text += " -> pixel " + " -> ".join(f"({x}, {y})" for x, y in pixels)
+    return text
+
+
+def terminal_confirm(action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
+    """Ask on the terminal; anything but y/yes (including end of input) is a no."""
+    print(f"qvl-agent: {describe_pixels(action, pixels)}. Do it? [y/N] ", end="", file=sys.stderr, flush=True)
+    line = sys.stdin.readline()
+    return line.strip().lower() in ("y", "yes")
+
+
+class Guard:
+    """Checks every action before it runs: stop switch, confinement, and the person's yes in confirm mode."""
+
+    def __init__(
+        self,
+        mode: str = "confirm",
+        confine: Region | None = None,
+        switch: StopSwitch | None = None,
+        confirm: Confirm | None = None,
+        hotkey: str | None = None,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.mode = mode
+        self.confine = confine
+        self.switch = switch or StopSwitch()
+        self.confirm = confirm or terminal_confirm
+        self.hotkey = hotkey
+        self._listener: HotkeyListener | None = None
+
+    def start(self) -> str:
+        """Start the stop hotkey listener if one is configured. Returns "" or one sentence saying why the
+        hotkey is not available (the run can go on: Ctrl+C in the terminal still stops it)."""
+        if not self.hotkey or self._listener is not None:
+            return ""
+        listener = HotkeyListener(self.hotkey, self.switch)
+        try:
+            listener.start()
+        except RuntimeError as exc:
+            return f"The emergency stop hotkey is not available: {exc}."
+        self._listener = listener
+        return ""
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def stop(self, reason: str = "The run was stopped.") -> None:
+        self.switch.stop(reason)
+
+    def sleep(self, seconds: float) -> None:
+        self.switch.sleep(seconds)
+
+    def pixels(self, action: A.Action, shot: Screenshot) -> Pixels:
+        """The physical pixels the action touches, refusing points off the screen or outside confinement."""
+        pixels = [to_pixels(x, y, shot) for x, y in A.points(action)]
+        if self.confine is not None:
+            for (x, y), (px, py) in zip(A.points(action), pixels, strict=True):
+                if not self.confine.contains(px, py):
+                    c = self.confine
+                    raise OffScreenError(
+                        f"The point ({x:g}, {y:g}) is pixel ({px}, {py}), outside the allowed area "
+                        f"{c.width}x{c.height} at ({c.left}, {c.top}); choose a point inside it."
+                    )
+        return pixels
+
+    def check(self, action: A.Action, shot: Screenshot) -> Pixels:
+        """Raise EmergencyStop or OffScreenError, or return the action's pixels once it may run."""
+        self.switch.check()
+        pixels = self.pixels(action, shot)
+        if self.mode == "confirm" and not isinstance(action, (*A.FINAL_ACTIONS, A.Wait)):
+            if not self.confirm(action, pixels, shot):
+                self.switch.stop(f"The person declined: {describe_pixels(action, pixels)}.")
+            self.switch.check()  # a stop pressed while the question was open wins over a yes
+        return pixels

@@ -1,0 +1,328 @@
+"""The step loop: capture -> engine -> parse -> guard -> execute -> wait until the screen settles -> next.
+
+The model gets Qwen3-VL's computer-use tool schema in the system prompt (`prompts/<prompt_name>.txt`,
+exactly as Qwen's cookbook and the chat template render tools), the task with the first screenshot, and
+after each step a short observation with the next screenshot. The session is append-only, so an engine
+that keeps the KV cache prefills only the new screenshot and text each step. Once `max_images`
+screenshots are in context, the session is rebuilt once: older turns keep their text and the model's
+replies (the actions as text), only the last `keep_images` screenshots stay; the recompute then happens
+every few steps instead of every step.
+
+Parse and action errors go back to the model as the next observation (at most `max_retries` in a row);
+`terminate` and `answer` end the run; the emergency stop, `max_steps` and the per-step timeout end it too.
+Capture and engine errors end the run with status "error". This module imports no torch, Qt, pyautogui
+or Playwright.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from qvl_agent import actions as A
+from qvl_agent import prompts
+from qvl_agent.act.base import ActionResult, Executor
+from qvl_agent.act.guard import Guard, Pixels
+from qvl_agent.capture import Screenshot
+from qvl_agent.engine.base import Engine, GenerationOptions, Session
+from qvl_agent.errors import ActionError, EmergencyStop, GenerationCancelled, ParseError, QvlError
+from qvl_agent.parse import GRID, parse_actions
+from qvl_agent.trace import TraceWriter
+
+STATUSES = ("success", "failure", "stopped", "limit", "error")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: str  # success | failure | stopped | limit | error
+    answer: str = ""
+    steps: int = 0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+
+@dataclass(frozen=True)
+class AgentEvent:
+    """Something the person may want to see. kinds: "step" (a new screenshot is with the model),
+    "reply" (the model's whole reply), "action" (about to run; `pixels` says where), "result",
+    "error" (fed back to the model), "done" (`message` holds the RunResult status)."""
+
+    kind: str
+    step: int
+    message: str = ""
+    action: A.Action | None = None
+    pixels: tuple[tuple[int, int], ...] = ()
+    shot: Screenshot | None = field(default=None, repr=False)
+
+
+class _StepTimeout(Exception):
+    pass
+
+
+class Agent:
+    def __init__(
+        self,
+        engine: Engine,
+        executor: Executor,
+        guard: Guard,
+        trace: TraceWriter | None = None,
+        max_steps: int = 30,
+        step_timeout_s: float = 120.0,
+        prompt_name: str = "computer_use",
+        confirm: Callable[[A.Action, Pixels, Screenshot], bool] | None = None,
+        on_event: Callable[[AgentEvent], None] | None = None,
+        max_retries: int = 3,
+        max_images: int = 4,
+        keep_images: int = 2,
+        settle_timeout_s: float = 2.0,
+        options: GenerationOptions | None = None,
+    ):
+        self.engine = engine
+        self.executor = executor
+        self.guard = guard
+        if confirm is not None:
+            guard.confirm = confirm
+        self.trace = trace
+        self.max_steps = max_steps
+        self.step_timeout_s = step_timeout_s
+        self.prompt_name = prompt_name
+        self.on_event = on_event
+        self.max_retries = max_retries
+        self.max_images = max(1, max_images)
+        self.keep_images = max(1, min(keep_images, self.max_images))
+        self.settle_timeout_s = settle_timeout_s
+        self.options = options or GenerationOptions(max_new_tokens=256)
+        self.session: Session | None = None
+        self.rebuilds = 0
+
+    # --- prompts and context --------------------------------------------------------------------------
+
+    def _prompt(self, suffix: str, **values) -> str:
+        return prompts.load(f"{self.prompt_name}{suffix}").render(**values)
+
+    def system_prompt(self) -> str:
+        return self._prompt("", screen_width=GRID, screen_height=GRID)
+
+    def _open(self) -> Session:
+        return self.engine.open_session(system=self.system_prompt())
+
+    def _rebuild(self) -> Session:
+        """A fresh session holding the old turns as text, with only the last screenshots kept."""
+        old = self.session
+        fresh = self._open()
+        turns = old.turns if old else []
+        keep_from = len(turns) - (self.keep_images - 1)
+        for i, turn in enumerate(turns):
+            images = turn.images if i >= keep_from else ()
+            fresh.add_turn(turn.text, images, turn.reply)
+        if old is not None:
+            old.close()
+        self.rebuilds += 1
+        return fresh
+
+    def _images_in_context(self) -> int:
+        return sum(len(t.images) for t in self.session.turns) if self.session else 0
+
+    def _emit(self, kind: str, step: int, **kw) -> None:
+        if self.on_event is not None:
+            self.on_event(AgentEvent(kind, step, **kw))
+
+    # --- one model turn -------------------------------------------------------------------------------
+
+    def _ask(self, text: str, shot: Screenshot) -> str:
+        """The model's reply, cancelled by the stop switch or the per-step timeout."""
+        session = self.session
+        timed_out = threading.Event()
+
+        def on_timeout() -> None:
+            timed_out.set()
+            session.cancel()
+
+        timer = threading.Timer(self.step_timeout_s, on_timeout)
+        timer.daemon = True
+        unregister = self.guard.switch.on_stop(session.cancel)
+        timer.start()
+        try:
+            return session.complete(text, [shot], self.options)
+        except GenerationCancelled:
+            self.guard.switch.check()
+            if timed_out.is_set():
+                raise _StepTimeout from None
+            raise
+        finally:
+            timer.cancel()
+            unregister()
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    def run(self, task: str) -> RunResult:
+        """Carry out `task`; never raises for what a run can run into (stop, errors, limits)."""
+        if self.trace:
+            self.trace.start(
+                task=task,
+                engine=self.engine.name,
+                executor=self.executor.name,
+                mode=self.guard.mode,
+                max_steps=self.max_steps,
+            )
+        self.session = None
+        result = RunResult(
+            "limit", steps=self.max_steps, message=f"The task was not done within {self.max_steps} steps."
+        )
+        observation = self._prompt("_task", task=task)
+        retries = 0
+        step = 0
+        try:
+            while step < self.max_steps:
+                step += 1
+                outcome, observation, retries = self._step(step, observation, retries)
+                if outcome is not None:
+                    result = outcome
+                    break
+        except EmergencyStop as exc:
+            result = RunResult("stopped", steps=step, message=str(exc))
+        except _StepTimeout:
+            result = RunResult(
+                "limit", steps=step, message=f"Step {step} took longer than {self.step_timeout_s:g} s."
+            )
+        except GenerationCancelled as exc:
+            result = RunResult("stopped", steps=step, message=str(exc))
+        except QvlError as exc:
+            result = RunResult("error", steps=step, message=str(exc))
+        finally:
+            if self.session is not None:
+                self.session.close()
+        if self.trace:
+            self.trace.end(
+                status=result.status, answer=result.answer, steps=result.steps, message=result.message
+            )
+        self._emit("done", result.steps, message=result.status)
+        return result
+
+    def _step(self, step: int, observation: str, retries: int) -> tuple[RunResult | None, str, int]:
+        """One step. Returns (the run's result when it ended, the next observation, retries so far)."""
+        record: dict = {"step": step, "observation": observation, "actions": [], "results": []}
+        timings: dict = {}
+        t0 = time.perf_counter()
+        try:
+            self.guard.switch.check()
+            shot = self.executor.observe()
+            timings["capture_ms"] = (time.perf_counter() - t0) * 1000
+            record["screen"] = {
+                "left": shot.left,
+                "top": shot.top,
+                "width": shot.width,
+                "height": shot.height,
+                "scale": shot.scale,
+            }
+            if self.trace:
+                t = time.perf_counter()
+                record["screenshot"] = self.trace.screenshot(step, shot)
+                timings["trace_png_ms"] = (time.perf_counter() - t) * 1000
+            if self.session is None:
+                self.session = self._open()
+            elif self._images_in_context() >= self.max_images:
+                self.session = self._rebuild()
+                record["context_rebuilt"] = True
+            self._emit("step", step, shot=shot)
+            t = time.perf_counter()
+            reply = self._ask(observation, shot)
+            timings["model_ms"] = (time.perf_counter() - t) * 1000
+            record["reply"] = reply
+            if self.session.last_stats is not None:
+                record["engine"] = self.session.last_stats.as_dict()
+            self._emit("reply", step, message=reply)
+            try:
+                actions = parse_actions(reply)
+            except ParseError as exc:
+                return self._retry(step, record, str(exc), retries)
+            record["actions"] = [A.to_arguments(a) for a in actions]
+            t = time.perf_counter()
+            try:
+                finished = self._act(step, actions, shot, record)
+            except ActionError as exc:
+                return self._retry(step, record, str(exc), retries)
+            timings["act_ms"] = (time.perf_counter() - t) * 1000
+            if finished is not None:
+                return finished, "", 0
+            t = time.perf_counter()
+            self.executor.wait_until_settled(self.settle_timeout_s)
+            timings["settle_ms"] = (time.perf_counter() - t) * 1000
+            lines = [f"{r['action']}: {r['message']}" for r in record["results"]]
+            return None, self._prompt("_step", results="\n".join(lines)), 0
+        except (QvlError, _StepTimeout) as exc:
+            record["error"] = str(exc) or type(exc).__name__
+            raise
+        finally:
+            timings["total_ms"] = (time.perf_counter() - t0) * 1000
+            record["timings"] = {k: round(v, 2) for k, v in timings.items()}
+            if self.trace:
+                self.trace.step(record)
+
+    def _retry(self, step: int, record: dict, error: str, retries: int) -> tuple[RunResult | None, str, int]:
+        record["error"] = error
+        self._emit("error", step, message=error)
+        done = [r["action"] for r in record["results"] if r.get("ok")]
+        if done:  # the model must know which of its actions did run before the failing one
+            error = f"{error} (Done before that: {'; '.join(done)}.)"
+        retries += 1
+        if retries > self.max_retries:
+            return (
+                RunResult(
+                    "failure",
+                    steps=step,
+                    message=f"Gave up after {retries} unusable replies in a row: {error}",
+                ),
+                "",
+                retries,
+            )
+        return None, self._prompt("_error", error=error), retries
+
+    def _act(self, step: int, actions: list[A.Action], shot: Screenshot, record: dict) -> RunResult | None:
+        """Run a reply's actions in order; the guard checks each right before it runs."""
+        answer: str | None = None
+        for action in actions:
+            pixels = self.guard.check(action, shot)
+            self._emit("action", step, action=action, pixels=tuple(pixels), shot=shot)
+            if isinstance(action, A.Answer):
+                answer = action.text
+                result = ActionResult(True, "answered")
+            elif isinstance(action, A.Terminate):
+                record["results"].append({"action": A.describe(action), "ok": True, "message": action.status})
+                return RunResult(
+                    action.status, answer or "", step, f"The model ended the task: {action.status}."
+                )
+            elif isinstance(action, A.Wait):
+                self.guard.sleep(action.seconds)  # wakes at once on the emergency stop
+                result = ActionResult(True, f"waited {action.seconds:g} s")
+            else:
+                try:
+                    result = self.executor.execute(action, shot)
+                except ActionError as exc:
+                    record["results"].append(
+                        {
+                            "action": A.describe(action),
+                            "ok": False,
+                            "message": str(exc),
+                            "pixels": [list(p) for p in pixels],
+                        }
+                    )
+                    raise
+            record["results"].append(
+                {
+                    "action": A.describe(action),
+                    "ok": result.ok,
+                    "message": result.message,
+                    "pixels": [list(p) for p in pixels],
+                    **({"detail": result.detail} if result.detail else {}),
+                }
+            )
+            self._emit("result", step, message=result.message, action=action, pixels=tuple(pixels))
+        if answer is not None:
+            return RunResult("success", answer, step, "The model answered.")
+        return None

@@ -1,0 +1,110 @@
+"""`qvl-agent run`: carry out a task on the desktop, step by step, with the person in control.
+
+    qvl-agent run [--model ...] [--engine ...] [--yes | --dry-run] [--max-steps N]
+                  [--monitor N | --region X,Y,W,H] [--trace-dir DIR] TASK
+
+By default every action is shown with its pixel coordinates and waits for y/n on the terminal (`--yes`
+runs without asking, `--dry-run` touches nothing). The emergency stop hotkey (default ctrl+alt+Escape)
+halts the run at once. Exit 0 when the model ends with success, 1 on failure, stop or a limit, 2 on bad
+usage or input. Every run writes a trace folder (`qvl-agent trace show DIR` prints it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from qvl_agent.act.desktop import DesktopExecutor
+from qvl_agent.act.dry_run import DryRunExecutor
+from qvl_agent.act.guard import Guard, describe_pixels
+from qvl_agent.agent import Agent, AgentEvent
+from qvl_agent.capture import Region
+from qvl_agent.cli import add_engine_args
+from qvl_agent.config import Settings
+from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.errors import UsageError
+from qvl_agent.trace import TraceWriter
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="carry out a task on the desktop", description=__doc__.splitlines()[0])
+    add_engine_args(p)
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--yes", action="store_true", help="run every action without asking")
+    mode.add_argument("--dry-run", action="store_true", help="show what would be done; touch nothing")
+    p.add_argument(
+        "--max-steps", type=int, default=30, metavar="N", help="give up after N steps (default 30)"
+    )
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--monitor", type=int, metavar="N", help="work on monitor N only (1 = first)")
+    where.add_argument("--region", metavar="X,Y,W,H", help="work inside this rectangle only (pixels)")
+    p.add_argument("--trace-dir", metavar="DIR", help="write the run's trace here (default: a new folder)")
+    p.add_argument("task", nargs="+", metavar="TASK", help="what to do, in words")
+    p.set_defaults(func=run)
+
+
+def default_trace_dir() -> Path:
+    import platformdirs
+
+    root = Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "runs"
+    return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def _print_event(event: AgentEvent) -> None:
+    if event.kind == "action" and event.action is not None:
+        print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
+    elif event.kind == "error":
+        print(f"step {event.step}: not carried out: {event.message}", flush=True)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    task = " ".join(args.task).strip()
+    if not task:
+        raise UsageError('The task is empty: say what to do, e.g. qvl-agent run "Open the settings".')
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
+    if args.monitor is not None and args.monitor < 1:
+        raise UsageError(f"--monitor counts from 1, not {args.monitor}.")
+    region = Region.parse(args.region) if args.region else None
+    mode = "auto" if args.yes else "dry-run" if args.dry_run else settings.safety_mode
+    hotkey = settings.hotkeys.stop
+
+    guard = Guard(mode=mode, confine=region, hotkey=hotkey)
+    desktop = DesktopExecutor(monitor=args.monitor, region=region, interrupt=guard.switch.check)
+    executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop
+    # Capture once before loading a model: no display or a wrong monitor fails in milliseconds.
+    first = executor.observe()
+    if region is None:
+        guard.confine = first.region  # --monitor N confines actions to that monitor
+    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace = TraceWriter(trace_dir)
+
+    try:
+        with open_engine(settings) as engine:
+            problem = guard.start()
+            if problem:
+                print(f"qvl-agent: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
+            elif mode != "dry-run":
+                print(f"qvl-agent: press {hotkey} to stop at any moment.", file=sys.stderr, flush=True)
+            agent = Agent(
+                engine,
+                executor,
+                guard,
+                trace,
+                max_steps=args.max_steps,
+                on_event=_print_event,
+                options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
+            )
+            result = agent.run(task)
+    finally:
+        guard.close()
+        executor.close()
+        trace.close()
+
+    if result.answer:
+        print(result.answer, flush=True)
+    print(f"qvl-agent: {result.status}: {result.message} (trace: {trace_dir})", file=sys.stderr, flush=True)
+    return 0 if result.ok else 1

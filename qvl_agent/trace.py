@@ -1,0 +1,109 @@
+"""Run traces on disk: a folder per run, written step by step so a crash loses nothing already done.
+
+    DIR/trace.jsonl     one JSON object per line:
+                          {"type": "run", "task", "engine", "executor", "mode", "started", ...}   first
+                          {"type": "step", "step": N, "screenshot": "step-NNN.png", "screen": {...},
+                           "reply", "actions": [...], "results": [...], "error", "timings", "engine"}
+                          {"type": "end", "status", "answer", "steps", "message", "finished"}    last
+    DIR/step-NNN.png    the screenshot the model looked at in step N
+
+Each step's PNG is written (to a temporary name, then renamed) before its line, and every line is
+flushed and fsync'd, so after a crash every line in trace.jsonl has its PNG. `read_trace` skips a last
+line cut off mid-write. This module knows nothing about engines or executors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.errors import InputError
+
+TRACE_FILE = "trace.jsonl"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+class TraceWriter:
+    """Appends a run to `directory` (created if needed)."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.dir = Path(directory)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if (self.dir / TRACE_FILE).exists():
+                raise InputError(f"{self.dir} already holds a trace; give a new or empty folder.")
+            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8")  # held open for the whole run
+        except OSError as exc:
+            raise InputError(f"Cannot write a trace to {self.dir}: {exc.strerror or exc}.") from None
+
+    def _line(self, record: dict) -> None:
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def start(self, **info) -> None:
+        self._line({"type": "run", "started": _now(), **info})
+
+    def screenshot(self, step: int, shot: Screenshot) -> str:
+        """Write step N's screenshot as step-NNN.png; returns its file name."""
+        name = f"step-{step:03d}.png"
+        tmp = self.dir / f".{name}.tmp"
+        tmp.write_bytes(shot.to_png())
+        tmp.replace(self.dir / name)
+        return name
+
+    def step(self, record: dict) -> None:
+        self._line({"type": "step", "time": _now(), **record})
+
+    def end(self, **info) -> None:
+        self._line({"type": "end", "finished": _now(), **info})
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+
+@dataclass
+class Trace:
+    dir: Path
+    run: dict = field(default_factory=dict)
+    steps: list[dict] = field(default_factory=list)
+    end: dict | None = None  # None when the run crashed or is still going
+    damaged_lines: int = 0
+
+
+def read_trace(directory: str | os.PathLike) -> Trace:
+    """Read a run folder; a line cut off by a crash is counted in `damaged_lines`, not fatal."""
+    d = Path(directory)
+    path = d / TRACE_FILE
+    if not d.is_dir():
+        raise InputError(f"There is no trace folder {d}.")
+    if not path.is_file():
+        raise InputError(f"{d} is not a run trace: it has no {TRACE_FILE}.")
+    trace = Trace(d)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                trace.damaged_lines += 1
+                continue
+            kind = record.get("type") if isinstance(record, dict) else None
+            if kind == "run":
+                trace.run = record
+            elif kind == "step":
+                trace.steps.append(record)
+            elif kind == "end":
+                trace.end = record
+            else:
+                trace.damaged_lines += 1
+    return trace
