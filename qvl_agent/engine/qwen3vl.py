@@ -14,6 +14,7 @@ time (`self.lock`); sessions are isolated and idle ones lose their KV cache unde
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -42,7 +43,10 @@ def pick_device(device: str) -> torch.device:
 def _load_pretrained(model_id: str, dtype: torch.dtype):
     """Model and processor from a directory or the Hugging Face cache, one readable error otherwise."""
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # stderr belongs to --stats and to our own messages
+    hf_logging.set_verbosity_error()
     path = Path(model_id).expanduser()
     is_dir = path.is_dir()
     if not is_dir and (model_id.startswith((".", "/", "~")) or path.exists()):
@@ -89,7 +93,7 @@ class Qwen3VLEngine(Engine):
         eos = model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         self.im_end = "<|im_end|>"
-        self.lock = __import__("threading").RLock()
+        self.lock = threading.RLock()
         self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
         self.vision_runs = 0  # how many times the vision tower ran (tests check reuse with it)
 
