@@ -254,6 +254,7 @@ class _Reader:
     def __init__(self, job: Job, request: Request, deadline: float):
         self.job, self.request, self.deadline = job, request, deadline
         self._task: asyncio.Future | None = None
+        self._checked = time.perf_counter()
 
     async def next(self, watch_client: bool = True):
         while True:
@@ -266,6 +267,12 @@ class _Reader:
                     type="timeout_error",
                     code="timeout",
                 )
+            # Check the client every POLL_S even while pieces keep arriving faster than that.
+            if watch_client and time.perf_counter() - self._checked >= POLL_S:
+                self._checked = time.perf_counter()
+                if await self.request.is_disconnected():
+                    self.job.cancel()
+                    raise _ClientGone()
             if self._task is None:
                 self._task = asyncio.ensure_future(self.job.events.get())
             # asyncio.wait, unlike wait_for on 3.11, never loses an item that arrives as the wait ends.
@@ -273,9 +280,6 @@ class _Reader:
             if done:
                 task, self._task = self._task, None
                 return task.result()
-            if watch_client and await self.request.is_disconnected():
-                self.job.cancel()
-                raise _ClientGone()
 
     def close(self) -> None:
         if self._task is not None:

@@ -1,0 +1,104 @@
+"""A real uvicorn server on 127.0.0.1 in a thread, and an echo engine whose every reply names its request.
+
+The echo engine answers `echo:<text>|images:<hashes>|turns:<n>` word by word (optionally slowly), so a
+test can tell that each reply belongs to its own request, that history reached the session, and that
+a cancelled generation really stopped.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+
+from qvl_agent.engine.base import Engine, Session, TurnStats
+from qvl_agent.errors import GenerationCancelled
+
+
+class EchoEngine(Engine):
+    def __init__(self, delay_s: float = 0.0, name: str = "echo"):
+        self.name = name
+        self.delay_s = delay_s
+        self.sessions: list[EchoSession] = []
+        self.cancelled: list[str] = []  # texts whose generation was cancelled
+        self.active = 0
+        self.max_active = 0  # generations running at the same time, ever: must stay 1
+        self._lock = threading.Lock()
+
+    def open_session(self, images=(), system=None, tools=None):
+        session = EchoSession(self, images, system, tools)
+        self.sessions.append(session)
+        return session
+
+
+class EchoSession(Session):
+    def __init__(self, engine, images, system, tools):
+        super().__init__(images, system, tools)
+        self.engine = engine
+        self.seen_tokens = 0  # words "in the KV cache": what a follow-up does not prefill again
+
+    def _generate(self, text, images, options):
+        engine = self.engine
+        with engine._lock:
+            engine.active += 1
+            engine.max_active = max(engine.max_active, engine.active)
+        finished = False
+        try:
+            start = time.perf_counter()
+            context = sum(len(t.text.split()) + len(t.reply.split()) + len(t.images) for t in self.turns)
+            context += len(text.split()) + len(images)
+            cached = min(self.seen_tokens, context)
+            hashes = ",".join(im.content_hash[:8] for im in images)
+            words = f"echo:{text}|images:{hashes}|turns:{len(self.turns)}".split(" ")
+            words = words[: options.max_new_tokens]
+            for i, word in enumerate(words):
+                if self.cancelled:
+                    raise GenerationCancelled("The answer was stopped.")
+                if engine.delay_s:
+                    time.sleep(engine.delay_s)
+                yield word if i == 0 else " " + word
+            self.seen_tokens = context + len(words)
+            end = time.perf_counter()
+            self.last_stats = TurnStats(
+                vision="miss" if images else "none",
+                prefill_tokens=context - cached,
+                prompt_tokens=context,
+                cached_tokens=cached,
+                decode_tokens=len(words),
+                ttft_ms=(end - start) * 1000,
+                total_ms=(end - start) * 1000,
+            )
+            finished = True
+        finally:
+            if not finished:  # stopped by cancel() or by the caller closing the stream
+                engine.cancelled.append(text)
+            with engine._lock:
+                engine.active -= 1
+
+
+class LiveServer:
+    """`with LiveServer(app) as base_url:` — the app served on a free port of 127.0.0.1."""
+
+    def __init__(self, app):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self.url
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
