@@ -1,0 +1,411 @@
+"""The browser executor: the agent's actions carried out in Chromium through Playwright's sync API.
+
+The model sees the page's viewport, screenshotted in CSS pixels, so its 0-1000 coordinates map to CSS
+pixels through `parse.to_pixels` exactly as they map to screen pixels on the desktop. Clicks go through
+the mouse, typing and keys through the keyboard (Qwen's key names mapped to Playwright's), scrolling
+through the wheel, just as a person would do it. Before every pointer action `locate` resolves the element
+under the point to a robust locator; it goes into `ActionResult.detail` (and so into the trace) together
+with the element's state before and after, which is what `export` compiles into a replayable script.
+
+A browser that closes, a page that crashes or a page whose server stopped answering raise `BrowserError`
+with one sentence; the run stops there and its trace stays complete.
+
+Playwright is imported when an executor is built, never at module import. The Playwright sync API is
+bound to the thread that started it: build, use and close an executor on one thread.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from qvl_agent import actions as A
+from qvl_agent.act.base import ActionResult
+from qvl_agent.act.locate import Located, element_state, focused, is_unique, locate, to_playwright
+from qvl_agent.capture import Screenshot, load_image_bytes
+from qvl_agent.errors import ActionError, BrowserError, UsageError
+from qvl_agent.parse import to_pixels
+
+# Sandboxed machines have no network: keep Chromium from phoning home and stalling on timeouts.
+CHROMIUM_ARGS = [
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+SYSTEM_CHROMIUMS = (
+    "chromium",
+    "chromium-browser",
+    "google-chrome",
+    "google-chrome-stable",
+    "/usr/bin/chromium",
+    "/snap/bin/chromium",
+    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+    "/Applications/Chromium.app/Contents/MacOS/Chromium",
+)
+DEFAULT_VIEWPORT = (1280, 800)
+ACTION_TIMEOUT_MS = 10_000
+QUIET_MS = 250  # the DOM must be unchanged this long (and no request in flight) to count as settled
+WHEEL_NOTCH_PX = 100  # Chromium scrolls 100 CSS px per wheel notch
+MAX_SCROLL_NOTCHES = 50
+
+# Qwen3-VL key names (xdotool/pyautogui style, lower case) -> Playwright's KeyboardEvent.key names.
+KEY_NAMES = {
+    "ctrl": "Control",
+    "control": "Control",
+    "alt": "Alt",
+    "option": "Alt",
+    "shift": "Shift",
+    "cmd": "Meta",
+    "command": "Meta",
+    "super": "Meta",
+    "win": "Meta",
+    "meta": "Meta",
+    "enter": "Enter",
+    "return": "Enter",
+    "esc": "Escape",
+    "escape": "Escape",
+    "tab": "Tab",
+    "backspace": "Backspace",
+    "delete": "Delete",
+    "del": "Delete",
+    "insert": "Insert",
+    "space": "Space",
+    "spacebar": "Space",
+    "up": "ArrowUp",
+    "down": "ArrowDown",
+    "left": "ArrowLeft",
+    "right": "ArrowRight",
+    "arrowup": "ArrowUp",
+    "arrowdown": "ArrowDown",
+    "arrowleft": "ArrowLeft",
+    "arrowright": "ArrowRight",
+    "home": "Home",
+    "end": "End",
+    "pageup": "PageUp",
+    "page_up": "PageUp",
+    "pgup": "PageUp",
+    "pagedown": "PageDown",
+    "page_down": "PageDown",
+    "pgdn": "PageDown",
+    "capslock": "CapsLock",
+    "printscreen": "PrintScreen",
+    **{f"f{n}": f"F{n}" for n in range(1, 13)},
+}
+
+# Records when the DOM last changed, so `wait_until_settled` can wait for a quiet page.
+_MUTATION_CLOCK = """(() => {
+  window.__qvlLastChange = performance.now();
+  new MutationObserver(() => { window.__qvlLastChange = performance.now(); })
+    .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+})();"""
+
+_CLOSED_MARKERS = ("has been closed", "Target closed", "Browser closed", "browser has disconnected")
+
+
+def playwright_key(keys: tuple[str, ...]) -> str:
+    """Qwen's chord, e.g. ("ctrl", "a"), as Playwright's "Control+a"."""
+    names = []
+    for key in keys:
+        name = KEY_NAMES.get(key.lower(), key if len(key) == 1 else None)
+        if name is None:
+            hint = "use names like enter, tab, ctrl, shift, up, f5 or one character"
+            raise ActionError(f"Unknown key {key!r}; {hint}.")
+        names.append(name)
+    return "+".join(names)
+
+
+def parse_viewport(text: str) -> tuple[int, int]:
+    """ "1280x800" -> (1280, 800), or UsageError."""
+    try:
+        w, h = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"A viewport is WIDTHxHEIGHT in CSS pixels, like 1280x800, not {text!r}.") from None
+    if not (200 <= w <= 7680 and 200 <= h <= 4320):
+        raise UsageError(f"The viewport {text} is out of range (200x200 to 7680x4320).")
+    return w, h
+
+
+def find_browser(
+    explicit: str | None = None, configured: str = "", playwright_default: str | None = None
+) -> str:
+    """The Chromium to launch: --browser PATH, then settings.browser (QVL_BROWSER), then Playwright's own
+    install, then a system Chromium. BrowserError when there is none."""
+    for path, origin in ((explicit, "--browser"), (configured, "QVL_BROWSER / the browser setting")):
+        if path:
+            found = shutil.which(path) or (path if Path(path).is_file() else None)
+            if not found:
+                raise BrowserError(f"The browser {path} given by {origin} does not exist or cannot be run.")
+            return found
+    if playwright_default and Path(playwright_default).is_file():
+        return playwright_default
+    for name in SYSTEM_CHROMIUMS:
+        found = shutil.which(name) or (name if Path(name).is_file() else None)
+        if found:
+            return found
+    raise BrowserError(
+        "No Chromium was found: pass --browser PATH, set QVL_BROWSER, run `playwright install chromium`, "
+        "or install a system Chromium."
+    )
+
+
+class BrowserExecutor:
+    """Carries out actions in one Chromium page. Opens `url` on construction; `close()` ends the browser."""
+
+    name = "browser"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        browser: str | None = None,
+        configured_browser: str = "",
+        headless: bool = True,
+        viewport: tuple[int, int] = DEFAULT_VIEWPORT,
+    ):
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+
+        self._error_type = PlaywrightError
+        self.start_url = url
+        self.viewport = viewport
+        self._inflight: set = set()
+        self._dead = ""  # why the browser or page cannot be used any more
+        self._failed_navigation = ""
+        self._touched: list[Located] = []
+        self._text_before_last_click: str | None = None
+        self._pw = sync_playwright().start()
+        try:
+            self.executable = find_browser(browser, configured_browser, self._pw.chromium.executable_path)
+            try:
+                self.browser = self._pw.chromium.launch(
+                    executable_path=self.executable, headless=headless, args=CHROMIUM_ARGS
+                )
+            except PlaywrightError as exc:
+                why = _first_line(exc)
+                raise BrowserError(f"Chromium ({self.executable}) did not start: {why}.") from None
+            self.browser.on("disconnected", lambda _b: self._mark_dead("The browser closed during the run."))
+            self.context = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+            self.context.set_default_timeout(ACTION_TIMEOUT_MS)
+            self.context.add_init_script(_MUTATION_CLOCK)
+            self.context.on("page", self._adopt)
+            self.page = self.context.new_page()
+            self._watch(self.page)
+            try:
+                self.page.goto(url, wait_until="load")
+            except PlaywrightError as exc:
+                raise BrowserError(f"The page {url} could not be opened: {_first_line(exc)}.") from None
+            self.wait_until_settled(5.0)
+        except BaseException:
+            self.close()
+            raise
+
+    # --- page life ------------------------------------------------------------------------------------
+
+    def _mark_dead(self, why: str) -> None:
+        self._dead = self._dead or why
+
+    def _watch(self, page) -> None:
+        page.on("crash", lambda _p: self._mark_dead("The page crashed during the run."))
+        page.on("close", lambda p: self._on_close(p))
+        page.on("dialog", lambda d: d.accept())  # an alert would block every later action
+        page.on("request", lambda r: self._inflight.add(r))
+        page.on("requestfinished", lambda r: self._inflight.discard(r))
+        page.on("requestfailed", self._on_request_failed)
+
+    def _adopt(self, page) -> None:
+        """A link that opens a new tab: the run follows it, as a person would."""
+        self._watch(page)
+        self.page = page
+
+    def _on_close(self, page) -> None:
+        if page is self.page:
+            others = [p for p in self.context.pages if not p.is_closed()] if not self._dead else []
+            if others:
+                self.page = others[-1]
+            else:
+                self._mark_dead("The page was closed during the run.")
+
+    def _on_request_failed(self, request) -> None:
+        self._inflight.discard(request)
+        try:
+            if request.is_navigation_request() and request.frame == request.frame.page.main_frame:
+                self._failed_navigation = f"{request.url} ({request.failure})"
+        except self._error_type:
+            pass
+
+    def _check_alive(self) -> None:
+        if self._dead:
+            raise BrowserError(self._dead)
+        if self.page.url.startswith("chrome-error://"):
+            what = self._failed_navigation or "the server did not answer"
+            self._mark_dead(f"The page stopped answering: loading {what} failed.")
+            raise BrowserError(self._dead)
+
+    def _fail(self, exc: Exception) -> None:
+        """Turn a Playwright error into BrowserError (browser gone) or ActionError (fed to the model)."""
+        if self._dead or any(marker in str(exc) for marker in _CLOSED_MARKERS):
+            self._mark_dead("The browser closed during the run.")
+            raise BrowserError(self._dead) from None
+        raise ActionError(f"The browser could not do that: {_first_line(exc)}.") from None
+
+    # --- Executor protocol ----------------------------------------------------------------------------
+
+    def observe(self) -> Screenshot:
+        """The viewport in CSS pixels (so 0-1000 model coordinates map to CSS pixels)."""
+        self._check_alive()
+        try:
+            png = self.page.screenshot(scale="css", type="png", animations="disabled", caret="initial")
+        except self._error_type as exc:
+            self._fail(exc)
+        shot = load_image_bytes(png, name="page screenshot")
+        return Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{self.page.url}")
+
+    def wait_until_settled(self, timeout_s: float) -> None:
+        """Wait for the load event, no request in flight and a DOM unchanged for QUIET_MS (or timeout_s)."""
+        if self._dead:
+            return
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        try:
+            self.page.wait_for_load_state("load", timeout=max(timeout_s, 0.001) * 1000)
+        except self._error_type:
+            pass  # a page still loading after the timeout is observed as it is
+        while time.monotonic() < deadline and not self._dead:
+            try:
+                quiet = self.page.evaluate("() => performance.now() - (window.__qvlLastChange || 0)")
+            except self._error_type:
+                quiet = 0  # the page is navigating: its next document has not started yet
+            if quiet >= QUIET_MS and not self._inflight:
+                return
+            try:
+                self.page.wait_for_timeout(50)
+            except self._error_type:
+                return
+
+    def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
+        self._check_alive()
+        detail: dict = {"url": self.page.url}
+        try:
+            self._perform(action, shot, detail)
+        except self._error_type as exc:
+            self._fail(exc)
+        self._check_alive()
+        return ActionResult(True, A.describe(action), detail)
+
+    def close(self) -> None:
+        for step in (lambda: self.browser.close(), lambda: self._pw.stop()):
+            try:
+                step()
+            except Exception:  # already gone: closing twice or after a crash is fine
+                pass
+
+    # --- actions --------------------------------------------------------------------------------------
+
+    def _target(self, x: float, y: float, shot: Screenshot, detail: dict) -> tuple[int, int, Located]:
+        px, py = to_pixels(x, y, shot)
+        located = locate(self.page, px, py)
+        detail.setdefault("pixels", []).append([px, py])
+        detail.setdefault("locator", located.locator)
+        detail.setdefault("element", located.element)
+        if located.handle is not None and located.locator["kind"] != "point":
+            self._touched.append(located)
+        return px, py, located
+
+    def _keyboard_target(self, detail: dict) -> Located | None:
+        located = focused(self.page)
+        if located is not None:
+            detail["locator"] = located.locator
+            detail["element"] = located.element
+            detail["before"] = element_state(located.handle)
+            self._touched.append(located)
+        return located
+
+    def _perform(self, action: A.Action, shot: Screenshot, detail: dict) -> None:
+        mouse, keyboard = self.page.mouse, self.page.keyboard
+        if isinstance(action, A.LeftClick | A.RightClick | A.MiddleClick | A.DoubleClick | A.TripleClick):
+            self._text_before_last_click = self._page_text()
+            px, py, located = self._target(action.x, action.y, shot, detail)
+            detail["before"] = element_state(located.handle)
+            button = {"right_click": "right", "middle_click": "middle"}.get(action.kind, "left")
+            count = {"double_click": 2, "triple_click": 3}.get(action.kind, 1)
+            mouse.click(px, py, button=button, click_count=count)
+            detail["after"] = element_state(located.handle)
+        elif isinstance(action, A.MouseMove):
+            px, py, _ = self._target(action.x, action.y, shot, detail)
+            mouse.move(px, py)
+        elif isinstance(action, A.LeftClickDrag):
+            if action.start_x is not None and action.start_y is not None:
+                sx, sy, _ = self._target(action.start_x, action.start_y, shot, detail)
+                mouse.move(sx, sy)
+            ex, ey = to_pixels(action.x, action.y, shot)
+            detail.setdefault("pixels", []).append([ex, ey])
+            detail["end_locator"] = locate(self.page, ex, ey).locator
+            mouse.down()
+            mouse.move(ex, ey, steps=10)
+            mouse.up()
+        elif isinstance(action, A.Type):
+            located = self._keyboard_target(detail)
+            keyboard.type(action.text)
+            detail["text"] = action.text
+            detail["after"] = element_state(located.handle) if located else None
+        elif isinstance(action, A.Key):
+            located = self._keyboard_target(detail)
+            detail["keys"] = playwright_key(action.keys)
+            keyboard.press(detail["keys"])
+            detail["after"] = element_state(located.handle) if located else None
+        elif isinstance(action, A.Scroll | A.HScroll):
+            if action.x is not None and action.y is not None:
+                px, py, _ = self._target(action.x, action.y, shot, detail)
+                mouse.move(px, py)
+            # Qwen counts wheel notches (positive = up/right), as the desktop executor does.
+            amount = max(-MAX_SCROLL_NOTCHES, min(MAX_SCROLL_NOTCHES, round(action.pixels))) * WHEEL_NOTCH_PX
+            dx, dy = (amount, 0) if isinstance(action, A.HScroll) else (0, -amount)
+            mouse.wheel(dx, dy)
+            detail["wheel"] = [dx, dy]
+        elif isinstance(action, A.Wait):
+            self.page.wait_for_timeout(action.seconds * 1000)
+
+    # --- the end state, for the export's final assertions -----------------------------------------------
+
+    def _page_text(self) -> str:
+        try:
+            return self.page.evaluate("() => document.body ? document.body.innerText : ''")
+        except self._error_type:
+            return ""
+
+    def final_state(self) -> dict:
+        """What the page shows now: URL, the state of every element the run touched that is still there
+        and unique, and short lines of text that appeared after the last click. Checked in the live page,
+        so `export` only asserts what holds."""
+        self._check_alive()
+        fields, seen = [], set()
+        for located in reversed(self._touched):
+            key = repr(sorted(located.locator.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            state = element_state(located.handle)
+            if state and ("value" in state or "checked" in state) and is_unique(self.page, located.locator):
+                fields.append({"locator": located.locator, "state": state})
+        new_text = []
+        if self._text_before_last_click is not None:
+            before = {line.strip() for line in self._text_before_last_click.splitlines()}
+            for line in self._page_text().splitlines():
+                line = line.strip()
+                if 3 <= len(line) <= 80 and line not in before and line not in new_text:
+                    try:
+                        loc = to_playwright(self.page, {"kind": "text", "text": line})
+                        if loc.count() == 1 and loc.is_visible():
+                            new_text.append(line)
+                    except self._error_type:
+                        pass
+                if len(new_text) == 3:
+                    break
+        return {"url": self.page.url, "fields": fields[::-1], "new_text": new_text}
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0].rstrip(".") if text else type(exc).__name__

@@ -1,0 +1,125 @@
+"""`qvl-agent browse`: carry out a task on a web page in Chromium, and compile the run into a script.
+
+    qvl-agent browse --url URL [--model ...] [--engine ...] [--export FILE] [--headed]
+                     [--viewport WxH] [--max-steps N] [--trace-dir DIR] [--browser PATH] TASK
+
+The same agent loop and actions as `run`, carried out by Playwright in a fresh Chromium profile
+(headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each click is
+resolved to a locator and recorded in the trace. With --export FILE a successful run is compiled into a
+standalone Playwright script that replays it without the model (`python FILE`).
+Exit 0 when the model ends with success, 1 on failure, a limit or a browser that died, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from qvl_agent.act.guard import Guard, describe_pixels
+from qvl_agent.agent import Agent, AgentEvent
+from qvl_agent.cli import add_engine_args
+from qvl_agent.config import Settings
+from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.errors import QvlError, UsageError
+from qvl_agent.trace import TraceWriter
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "browse", help="carry out a task in a browser page", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--url", required=True, help="the page to start on (http://, https:// or file://)")
+    add_engine_args(p)
+    p.add_argument("--export", metavar="FILE", help="write a Playwright script replaying a successful run")
+    p.add_argument("--headed", action="store_true", help="show the browser window (default: headless)")
+    p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels (1280x800)")
+    p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps")
+    p.add_argument("--trace-dir", metavar="DIR", help="write the run's trace here (default: a new folder)")
+    p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    p.add_argument("task", nargs="+", metavar="TASK", help="what to do, in words")
+    p.set_defaults(func=browse)
+
+
+def _check_url(url: str) -> str:
+    url = url.strip()
+    if not url.startswith(("http://", "https://", "file://")):
+        raise UsageError(f"--url must start with http://, https:// or file://, not {url!r}.")
+    return url
+
+
+def _print_event(event: AgentEvent) -> None:
+    if event.kind == "action" and event.action is not None:
+        print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
+    elif event.kind == "error":
+        print(f"step {event.step}: not carried out: {event.message}", flush=True)
+
+
+def browse(args: argparse.Namespace, settings: Settings) -> int:
+    from qvl_agent.act.browser import BrowserExecutor, parse_viewport
+    from qvl_agent.commands.run import default_trace_dir
+    from qvl_agent.export import export_trace, write_browser_info
+
+    task = " ".join(args.task).strip()
+    if not task:
+        raise UsageError('The task is empty: say what to do, e.g. qvl-agent browse --url URL "Sign in".')
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
+    url = _check_url(args.url)
+    viewport = parse_viewport(args.viewport)
+    export = Path(args.export) if args.export else None
+    if export is not None and not export.parent.resolve().is_dir():
+        raise UsageError(f"Cannot write the script to {export}: the folder {export.parent} does not exist.")
+
+    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    trace = TraceWriter(trace_dir)
+    executor = None
+    try:
+        write_browser_info(trace_dir, url, viewport)
+        # Start the browser before loading a model: no Chromium or a dead URL fails in a second.
+        executor = BrowserExecutor(
+            url,
+            browser=args.browser,
+            configured_browser=settings.browser,
+            headless=not args.headed,
+            viewport=viewport,
+        )
+        # The run acts only inside its own fresh browser profile, so it does not ask before each action;
+        # Ctrl+C in the terminal stops it.
+        guard = Guard(mode="auto")
+        with open_engine(settings) as engine:
+            agent = Agent(
+                engine,
+                executor,
+                guard,
+                trace,
+                max_steps=args.max_steps,
+                prompt_name="browser",
+                on_event=_print_event,
+                options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
+            )
+            result = agent.run(task)
+        final = None
+        if result.ok:
+            try:
+                final = executor.final_state()
+            except QvlError as exc:
+                print(f"qvl-agent: the final page could not be checked: {exc}", file=sys.stderr)
+        write_browser_info(trace_dir, url, viewport, final)
+    finally:
+        if executor is not None:
+            executor.close()
+        trace.close()
+
+    if result.answer:
+        print(result.answer, flush=True)
+    print(f"qvl-agent: {result.status}: {result.message} (trace: {trace_dir})", file=sys.stderr, flush=True)
+    if export is not None:
+        if result.ok:
+            compiled = export_trace(trace_dir, export)
+            print(f"qvl-agent: wrote {export}; replay it with: python {export}", file=sys.stderr, flush=True)
+            for note in compiled.unexpressed:
+                print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)
+        else:
+            print(f"qvl-agent: {export} was not written: the run did not succeed.", file=sys.stderr)
+    return 0 if result.ok else 1

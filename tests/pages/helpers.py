@@ -1,0 +1,84 @@
+"""Helpers for the browser tests: replay files whose 0-1000 coordinates come from the real element boxes
+of a page, measured in the test's own Playwright session at the viewport the run will use."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from qvl_agent.export import SCRIPT_CHROMIUM_ARGS
+
+CHROMIUM = "/usr/bin/chromium"
+VIEWPORT = (1280, 800)
+
+
+def call(**arguments) -> str:
+    """One model reply: a computer_use tool call exactly as Qwen3-VL writes it."""
+    return "<tool_call>\n" + json.dumps({"name": "computer_use", "arguments": arguments}) + "\n</tool_call>"
+
+
+def to_grid(px: float, py: float, viewport=VIEWPORT) -> list[int]:
+    """A CSS pixel of the viewport as a point on the model's 0-1000 grid (what parse.to_pixels inverts)."""
+    return [round((px + 0.5) * 1000 / viewport[0]), round((py + 0.5) * 1000 / viewport[1])]
+
+
+def element_centres(url: str, selectors: list[str], wait_for: str | None = None, viewport=VIEWPORT) -> dict:
+    """Centre of each selector's box, as model coordinates, in a fresh browser (after `wait_for` shows)."""
+    from playwright.sync_api import sync_playwright
+
+    centres = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        page.goto(url)
+        if wait_for:
+            page.wait_for_selector(wait_for, state="attached")
+        for sel in selectors:
+            box = page.locator(sel).bounding_box()
+            centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
+        browser.close()
+    return centres
+
+
+def click_at(point: list[int]) -> str:
+    return call(action="left_click", coordinate=point)
+
+
+def write_replay(path: Path, replies: list[str]) -> Path:
+    path.write_text(json.dumps(replies), encoding="utf-8")
+    return path
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc), children first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_browser_below(pid: int) -> bool:
+    """Kill the main Chromium process started (through Playwright's driver) by process `pid`."""
+    for child in descendants(pid):
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and b"chrom" in cmdline[0] and not any(a.startswith(b"--type=") for a in cmdline):
+            os.kill(child, signal.SIGKILL)
+            return True
+    return False
