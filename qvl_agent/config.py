@@ -122,6 +122,10 @@ def _from_mapping(data: dict, source: str) -> dict:
     return values
 
 
+# Every notice `load` gave in this process, for front ends that show them elsewhere than stderr (the tray).
+NOTICES: list[str] = []
+
+
 @dataclass(frozen=True)
 class Loaded:
     settings: Settings
@@ -144,6 +148,7 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Loaded:
             path.replace(backup)
             values = {}
             notice = f"The settings file {path} could not be used ({exc}); it was moved to {backup} and defaults are used."
+            NOTICES.append(notice)
     for var, name in ENV_VARS.items():
         if env.get(var):
             values[name] = _coerce(name, env[var], f"${var}")

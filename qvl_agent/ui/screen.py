@@ -79,3 +79,33 @@ def logical_rect(screen: QScreen, region: Region) -> QRect:
     top_left = to_logical(screen, region.left, region.top)
     ratio = screen.devicePixelRatio()
     return QRect(top_left.x(), top_left.y(), round(region.width / ratio), round(region.height / ratio))
+
+
+BROWSER_CLASSES = ("chromium", "chrome", "firefox", "brave", "microsoft-edge", "vivaldi", "opera", "epiphany")
+
+
+def active_window_class() -> str:
+    """WM_CLASS of the focused X11 window ("" when unknown or not on X11)."""
+    try:
+        from Xlib import X, display  # python-xlib, imported lazily like every display library
+
+        d = display.Display()
+        try:
+            root = d.screen().root
+            atom = d.intern_atom("_NET_ACTIVE_WINDOW")
+            prop = root.get_full_property(atom, X.AnyPropertyType)
+            if not prop or not prop.value or not prop.value[0]:
+                return ""
+            window = d.create_resource_object("window", prop.value[0])
+            names = window.get_wm_class() or ()
+            return " ".join(names)
+        finally:
+            d.close()
+    except Exception:  # no X11, a window that vanished meanwhile: not knowing is fine here
+        return ""
+
+
+def browser_on_screen() -> bool:
+    """Whether the focused window is a web browser (offers the Playwright script button)."""
+    wm_class = active_window_class().lower()
+    return any(name in wm_class for name in BROWSER_CLASSES)

@@ -1,0 +1,383 @@
+"""The tray app: icon and menu (or a launcher), hotkeys, the engine in the background, ask windows.
+
+Flow of a hotkey press: pynput's thread → Qt signal → `ask_screen` in the GUI thread, which grabs the
+monitor under the pointer *first* and only then opens the ask window, so nothing of ours is in the
+screenshot. The engine loads once on its own thread at start; a hotkey pressed before it is ready gets a
+"still loading" notice instead of a frozen UI.
+
+For tests and scripts the app can append one JSON object per line to an event file (`events` argument,
+`QVL_TEST_EVENTS` on the command line): {"event": "answer_done", "time": ..., "text": ...}. It records what
+a person would see (windows shown, answers, notices), nothing that changes behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Slot
+from PySide6.QtGui import QAction, QCursor
+from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.config import Settings
+from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.errors import CaptureError
+from qvl_agent.ui import hotkeys as hk
+from qvl_agent.ui.ask_window import AskWindow
+from qvl_agent.ui.automation import Automation
+from qvl_agent.ui.engine_worker import EngineHost
+from qvl_agent.ui.instance import SingleInstance
+from qvl_agent.ui.launcher import Launcher, make_icon
+from qvl_agent.ui.overlay import RegionOverlay
+from qvl_agent.ui.screen import browser_on_screen, crop, grab_under_pointer
+from qvl_agent.ui.settings_dialog import SettingsDialog
+
+MENU_SETTLE_MS = 150  # a menu or launcher we just hid must be gone from the screen before the grab
+
+
+class EventLog:
+    """Appends JSON events to a file (or does nothing). Thread-safe; each line is flushed."""
+
+    def __init__(self, path: str | os.PathLike | None) -> None:
+        self._fh = open(path, "a", encoding="utf-8", buffering=1) if path else None  # noqa: SIM115
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, **data) -> None:
+        if self._fh is None:
+            return
+        line = json.dumps({"event": event, "time": time.time(), **data}, default=str)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+
+
+class TrayApp(QObject):
+    """Everything the running tray app holds. Build it after `QApplication`, then `start()`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        settings_path: Path,
+        instance: SingleInstance | None = None,
+        events: EventLog | None = None,
+        notices: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__()
+        self.settings, self.settings_path = settings, settings_path
+        self.instance = instance
+        self.emit_event = events or EventLog(None)
+        self.notices = list(notices)
+        self.host = EngineHost(self)
+        self.windows: list[AskWindow] = []
+        self.tray: QSystemTrayIcon | None = None
+        self.launcher: Launcher | None = None
+        self.listener = hk.HotkeyListener(settings.hotkeys, self)
+        self.automation = Automation(self.host, lambda: self.settings, self.emit_event, self)
+        self.automation.finished.connect(self._automation_finished)
+        self._build_actions()
+
+    # --- setup ----------------------------------------------------------------------------------------
+
+    def _build_actions(self) -> None:
+        def action(text: str, slot, tip: str = "") -> QAction:
+            a = QAction(text, self)
+            a.setToolTip(tip)
+            a.triggered.connect(slot)
+            return a
+
+        self.ask_action = action("Ask about screen", lambda: self._after_menu(self.ask_screen))
+        self.region_action = action("Ask about region", lambda: self._after_menu(self.ask_region))
+        self.task_action = action("Run a task…", self.run_task)
+        self.settings_action = action("Settings", self.open_settings)
+        self.quit_action = action("Quit", self.quit)
+        self.actions = [
+            self.ask_action,
+            self.region_action,
+            self.task_action,
+            self.settings_action,
+            self.quit_action,
+        ]
+
+    def start(self) -> None:
+        self.host.ready.connect(self._engine_ready)
+        self.host.failed.connect(self._engine_failed)
+        self.host.loading.connect(lambda msg: self._set_status(f"qvl-agent: {msg}"))
+        self.listener.ask.connect(self.ask_screen)
+        self.listener.region.connect(self.ask_region)
+        self.listener.stop.connect(self.stop_everything)
+        if self.instance is not None:
+            self.instance.command.connect(self._command)
+        if QSystemTrayIcon.isSystemTrayAvailable():
+            self.tray = QSystemTrayIcon(make_icon(), self)
+            self.menu = QMenu()
+            for a in self.actions:
+                self.menu.addAction(a)
+            self.menu.aboutToShow.connect(self._menu_shown)
+            self.tray.setContextMenu(self.menu)
+            self.tray.activated.connect(self._tray_activated)
+            self.tray.show()
+            QTimer.singleShot(50, self._report_tray_geometry)
+        else:
+            self.notices.append(
+                "No system tray was found on this desktop: "
+                "a small launcher window stands in for the tray icon."
+            )
+            self.launcher = Launcher(self.actions, self.notices[-1])
+            self.launcher.show()
+            self.emit_event("launcher_shown")
+        self._set_status("qvl-agent: loading the model…")
+        problem = hk.problem() or self.listener.start()
+        if problem:
+            self.notices.append(problem)
+        for notice in self.notices:
+            self.notify(notice)
+        self.emit_event("started", tray=self.tray is not None, hotkeys=problem is None)
+        self.load_engine()
+
+    def load_engine(self) -> None:
+        settings = self.settings
+        self.host.load(lambda: open_engine(settings))
+
+    def _report_tray_geometry(self, tries: int = 0) -> None:
+        # The icon sits at (0, 0) until the tray has embedded it; report where it ends up.
+        rect = self.tray.geometry() if self.tray else None
+        placed = rect is not None and rect.width() > 0 and (rect.x(), rect.y()) != (0, 0)
+        if placed or (tries >= 100 and rect is not None):
+            self.emit_event("tray_shown", x=rect.x(), y=rect.y(), width=rect.width(), height=rect.height())
+        elif tries < 100:
+            QTimer.singleShot(50, lambda: self._report_tray_geometry(tries + 1))
+
+    # --- status and notices ---------------------------------------------------------------------------
+
+    def _set_status(self, text: str) -> None:
+        if self.tray is not None:
+            self.tray.setToolTip(text)
+        if self.launcher is not None:
+            self.launcher.set_status(text)
+
+    def notify(self, message: str, error: bool = False) -> None:
+        """A notification bubble from the tray, or the launcher's status line; also on stderr."""
+        print(f"qvl-agent: {message}", file=sys.stderr, flush=True)
+        self.emit_event("notice", message=message)
+        if self.tray is not None:
+            icon = QSystemTrayIcon.MessageIcon.Warning if error else QSystemTrayIcon.MessageIcon.Information
+            self.tray.showMessage("qvl-agent", message, icon, 6000)
+        elif self.launcher is not None:
+            self.launcher.set_status(message)
+
+    @Slot(str)
+    def _engine_ready(self, message: str) -> None:
+        keys = self.settings.hotkeys
+        self._set_status(f"qvl-agent: {message}; {keys.ask} asks about the screen")
+        self.notify(f"Ready: press {keys.ask} to ask about the screen, {keys.region} for a region.")
+        self.emit_event("engine_ready", message=message)
+
+    @Slot(str)
+    def _engine_failed(self, message: str) -> None:
+        self._set_status(f"qvl-agent: {message}")
+        self.notify(message, error=True)
+        self.emit_event("engine_failed", message=message)
+
+    def _not_ready(self) -> bool:
+        """Say why asking cannot start yet (loading or failed); True when it cannot."""
+        if self.host.is_ready:
+            return False
+        if self.host.state == "failed":
+            self.notify(f"The model is not available: {self.host.message}", error=True)
+        else:
+            self.notify("Still loading the model; ask again in a moment.")
+        self.emit_event("not_ready", state=self.host.state)
+        return True
+
+    # --- asking ---------------------------------------------------------------------------------------
+
+    def _after_menu(self, fn) -> None:
+        # Triggered from our own menu or launcher: let it disappear before the screen is grabbed.
+        if self.launcher is not None:
+            self.launcher.hide()
+        QTimer.singleShot(MENU_SETTLE_MS, fn)
+
+    def _restore_launcher(self) -> None:
+        if self.launcher is not None:
+            self.launcher.show()
+
+    @Slot()
+    def ask_screen(self) -> None:
+        """Grab the monitor under the pointer, then open an ask window about it."""
+        self.emit_event("hotkey", what="ask")
+        if self._not_ready():
+            self._restore_launcher()
+            return
+        try:
+            browser = browser_on_screen()  # before our window takes the focus
+            shot, _screen = grab_under_pointer()
+        except CaptureError as exc:
+            self._restore_launcher()
+            self.notify(str(exc), error=True)
+            return
+        self.open_ask_window(shot, browser)
+        self._restore_launcher()
+
+    @Slot()
+    def ask_region(self) -> None:
+        """Grab the monitor under the pointer, then let the person drag the region to ask about."""
+        self.emit_event("hotkey", what="region")
+        if self._not_ready():
+            self._restore_launcher()
+            return
+        try:
+            browser = browser_on_screen()
+            shot, screen = grab_under_pointer()
+        except CaptureError as exc:
+            self._restore_launcher()
+            self.notify(str(exc), error=True)
+            return
+        overlay = RegionOverlay(shot, screen)
+        overlay.selected.connect(lambda region: self._region_chosen(shot, region, browser))
+        overlay.cancelled.connect(self._restore_launcher)
+        overlay.open()
+        self.emit_event("region_overlay_shown")
+
+    def _region_chosen(self, shot: Screenshot, region, browser: bool) -> None:
+        try:
+            part = crop(shot, region)
+        except CaptureError as exc:
+            self.notify(str(exc), error=True)
+            return
+        self.open_ask_window(part, browser)
+        self._restore_launcher()
+
+    def open_ask_window(self, shot: Screenshot, browser: bool = False) -> AskWindow:
+        options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
+        window = AskWindow(
+            self.host, shot, browser_on_screen=browser, options=options, on_event=self.emit_event
+        )
+        window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
+        window.playwright_requested.connect(lambda task, s, w=window: self.automation.playwright(task, s, w))
+        window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
+        self.windows.append(window)
+        screen = QApplication.screenAt(QCursor.pos()) or QApplication.primaryScreen()
+        frame = window.frameGeometry()
+        frame.moveCenter(screen.availableGeometry().center())
+        window.move(frame.topLeft())
+        window.show()
+        window.raise_()
+        window.activateWindow()
+        window.question.setFocus()
+        return window
+
+    # --- automation -----------------------------------------------------------------------------------
+
+    @Slot()
+    def run_task(self) -> None:
+        if self._not_ready():
+            return
+        task, ok = QInputDialog.getText(
+            None, "qvl-agent: run a task", "What should the agent do on this screen?"
+        )
+        if ok and task.strip():
+            QTimer.singleShot(MENU_SETTLE_MS, lambda: self.automation.run_task(task.strip()))
+
+    @Slot(str)
+    def _automation_finished(self, message: str) -> None:
+        self.notify(message)
+
+    @Slot()
+    def stop_everything(self) -> None:
+        """The stop hotkey: cancel running answers and halt an automation run."""
+        self.emit_event("hotkey", what="stop")
+        for window in self.windows:
+            window.stop()
+        self.automation.stop()
+
+    # --- settings, commands, quitting -----------------------------------------------------------------
+
+    @Slot()
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self.settings_path)
+        dialog.saved.connect(self._settings_saved)
+        dialog.setModal(False)
+        dialog.show()
+        dialog.raise_()
+        dialog.activateWindow()
+        self._settings_dialog = dialog  # keep it alive while open
+
+    @Slot(object)
+    def _settings_saved(self, new: Settings) -> None:
+        old, self.settings = self.settings, new
+        if new.hotkeys != old.hotkeys and hk.problem() is None:
+            problem = self.listener.restart(new.hotkeys)
+            if problem:
+                self.notify(problem, error=True)
+        reload = dataclasses.replace(old, hotkeys=new.hotkeys, safety_mode=new.safety_mode) != new
+        self.notify(f"Settings saved to {self.settings_path}." + (" Reloading the model…" if reload else ""))
+        if reload:
+            self.load_engine()
+
+    @Slot(str)
+    def _command(self, word: str) -> None:
+        self.emit_event("command", command=word)
+        {
+            "ask": self.ask_screen,
+            "region": self.ask_region,
+            "task": self.run_task,
+            "settings": self.open_settings,
+            "quit": self.quit,
+        }[word]()
+
+    def _menu_shown(self) -> None:
+        # Where Quit is on screen, once the menu has been placed (for scripted clicks in tests).
+        def report() -> None:
+            rect = self.menu.actionGeometry(self.quit_action)
+            centre = self.menu.mapToGlobal(rect.center())
+            self.emit_event("tray_menu_shown", quit_x=centre.x(), quit_y=centre.y())
+
+        QTimer.singleShot(100, report)
+
+    def _tray_activated(self, reason) -> None:
+        if reason == QSystemTrayIcon.ActivationReason.Trigger:  # a left click opens the menu too
+            self.menu.popup(QCursor.pos())
+
+    @Slot()
+    def quit(self) -> None:
+        self.emit_event("quit")
+        self.automation.stop()
+        for window in list(self.windows):
+            window.close()
+        self.listener.stop_listening()
+        self.host.close()
+        if self.tray is not None:
+            self.tray.hide()
+        if self.instance is not None:
+            self.instance.release()
+        QApplication.quit()
+
+
+def run(
+    settings: Settings, settings_path: Path, events_path: str | None = None, notices: tuple[str, ...] = ()
+) -> int:
+    """Run the tray app until Quit. Exit 1 when another instance already runs for this user."""
+    app = QApplication.instance() or QApplication(["qvl-agent"])
+    app.setApplicationName("qvl-agent")
+    app.setQuitOnLastWindowClosed(False)
+    instance = SingleInstance(settings_path.parent)
+    if not instance.acquire():
+        pid = instance.holder_pid()
+        print(
+            f"qvl-agent: the tray app is already running for this user{f' (process {pid})' if pid else ''}; "
+            "use its icon, or `qvl-agent tray --send quit` to stop it.",
+            file=sys.stderr,
+        )
+        return 1
+    tray = TrayApp(settings, settings_path, instance, EventLog(events_path), notices)
+    tray.start()
+    code = app.exec()
+    tray.host.close()
+    instance.release()
+    return code

@@ -1,0 +1,206 @@
+"""Hand-offs from the tray app to automation: "Do it", "Run a task…" and "Playwright script".
+
+A run goes through the same `Agent`, `Guard` and desktop executor as `qvl-agent run`, on the engine
+thread (the engine serves one thing at a time), in the safety mode from the settings. The GUI stays free:
+the agent's callbacks, which run on the engine thread, ask the GUI through signals and wait for the
+answer. Before every pointer action a marker ring appears where the click will land; only after it has
+been on screen for a moment (and is gone again, so it is not clicked or captured) does the action run.
+In confirm mode the marker stays up while the person is asked yes or no. The stop hotkey halts the run.
+
+The ask window is hidden during a run, so the agent neither sees it nor clicks it, and comes back with
+the result.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
+from PySide6.QtWidgets import QMessageBox, QWidget
+
+from qvl_agent import actions as A
+from qvl_agent.act.guard import Guard, describe_pixels
+from qvl_agent.capture import Screenshot
+from qvl_agent.config import Settings
+from qvl_agent.ui.engine_worker import EngineHost
+from qvl_agent.ui.overlay import ClickMarker
+
+MARKER_MS = 600  # how long the ring shows where the next click lands before the click happens
+
+
+def default_executor(shot: Screenshot | None, guard: Guard, mode: str):
+    """The desktop executor on the monitor (or region) the person was looking at."""
+    from qvl_agent.act.desktop import DesktopExecutor
+    from qvl_agent.act.dry_run import DryRunExecutor
+
+    region = None if shot is None or shot.monitor is not None else shot.region
+    monitor = shot.monitor if shot is not None else None
+    desktop = DesktopExecutor(monitor=monitor, region=region, interrupt=guard.switch.check)
+    return DryRunExecutor(desktop) if mode == "dry-run" else desktop
+
+
+class _Ask(QObject):
+    """A question from the engine thread to the GUI thread, answered through a threading.Event."""
+
+    request = Signal(object)
+
+    def __init__(self, handler: Callable[[dict], object], parent: QObject) -> None:
+        super().__init__(parent)
+        self._handler = handler
+        self.request.connect(self._handle)
+
+    def __call__(self, **data) -> object:
+        done = threading.Event()
+        box = {"data": data, "done": done, "result": None}
+        self.request.emit(box)
+        done.wait()
+        return box["result"]
+
+    @Slot(object)
+    def _handle(self, box: dict) -> None:
+        self._handler(box)
+
+
+class Automation(QObject):
+    """Runs the agent for the tray app. `finished` carries one sentence about how the run ended."""
+
+    finished = Signal(str)
+
+    def __init__(
+        self,
+        host: EngineHost,
+        settings: Callable[[], Settings],
+        emit_event: Callable[..., None],
+        parent: QObject | None = None,
+        executor_factory: Callable = default_executor,
+        marker_ms: int = MARKER_MS,
+    ) -> None:
+        super().__init__(parent)
+        self.host, self.settings, self.emit_event = host, settings, emit_event
+        self.executor_factory = executor_factory
+        self.marker_ms = marker_ms
+        self.marker = ClickMarker()
+        self.guard: Guard | None = None
+        self.running = False
+        self._request: int | None = None
+        self._window: QWidget | None = None
+        self._marker = _Ask(self._show_marker, self)
+        self._confirm = _Ask(self._ask_confirm, self)
+        host.called.connect(self._done)
+        host.call_failed.connect(self._failed)
+
+    # --- starting and stopping ------------------------------------------------------------------------
+
+    def do_it(self, task: str, shot: Screenshot, window: QWidget | None = None) -> bool:
+        """Carry out `task` on the screen `shot` came from; the ask window hides during the run."""
+        return self._start(task, shot, window)
+
+    def run_task(self, task: str) -> bool:
+        from qvl_agent.ui.screen import grab_under_pointer
+
+        shot, _ = grab_under_pointer()  # only to learn which monitor; the agent grabs its own
+        return self._start(task, shot, None)
+
+    def _start(self, task: str, shot: Screenshot | None, window: QWidget | None) -> bool:
+        if self.running:
+            self.finished.emit("An automation run is already going; press the stop hotkey to end it.")
+            return False
+        settings = self.settings()
+        mode = settings.safety_mode
+        guard = Guard(mode=mode, confine=shot.region if shot is not None else None)
+        executor = self.executor_factory(shot, guard, mode)
+        self.guard, self.running, self._window = guard, True, window
+        if window is not None:
+            window.hide()
+        self.emit_event("automation_started", task=task, mode=mode)
+        on_event, confirm = self._on_agent_event, self._confirm_action
+        max_new_tokens = settings.max_new_tokens
+
+        def job(engine):
+            from qvl_agent.agent import Agent
+            from qvl_agent.commands.run import default_trace_dir
+            from qvl_agent.engine.base import GenerationOptions
+            from qvl_agent.trace import TraceWriter
+
+            trace_dir = default_trace_dir()
+            trace = TraceWriter(trace_dir)
+            try:
+                agent = Agent(
+                    engine, executor, guard, trace, confirm=confirm, on_event=on_event,
+                    options=GenerationOptions(max_new_tokens=max_new_tokens),
+                )  # fmt: skip
+                return agent.run(task), Path(trace_dir)
+            finally:
+                executor.close()
+                trace.close()
+
+        self._request = self.host.call(job)
+        return True
+
+    @Slot()
+    def stop(self) -> None:
+        if self.guard is not None:
+            self.guard.stop("The stop hotkey was pressed.")
+
+    # --- results --------------------------------------------------------------------------------------
+
+    @Slot(int, object)
+    def _done(self, request: int, value) -> None:
+        if request != self._request:
+            return
+        result, trace_dir = value
+        text = f"Do it: {result.status}. {result.message}"
+        if result.answer:
+            text += f" Answer: {result.answer}"
+        self._end(text, status=result.status, answer=result.answer, trace=str(trace_dir))
+
+    @Slot(int, str)
+    def _failed(self, request: int, message: str) -> None:
+        if request == self._request:
+            self._end(f"Do it failed: {message}", status="error", answer="", trace="")
+
+    def _end(self, text: str, **data) -> None:
+        self.running, self._request, self.guard = False, None, None
+        self.marker.hide()
+        window, self._window = self._window, None
+        if window is not None:
+            window.show()
+            status = getattr(window, "status", None)
+            if status is not None:
+                status.setText(text)
+        self.emit_event("automation_done", message=text, **data)
+        self.finished.emit(text)
+
+    # --- callbacks from the engine thread -------------------------------------------------------------
+
+    def _on_agent_event(self, event) -> None:
+        if event.kind == "action" and event.pixels and not isinstance(event.action, A.FINAL_ACTIONS):
+            x, y = event.pixels[0]
+            self._marker(x=x, y=y, label=describe_pixels(event.action, list(event.pixels)))
+
+    def _show_marker(self, box: dict) -> None:
+        x, y, label = box["data"]["x"], box["data"]["y"], box["data"]["label"]
+        self.marker.show_at(x, y, label)
+        self.emit_event("marker_shown", x=x, y=y, label=label)
+
+        def release() -> None:
+            self.marker.hide()  # gone before the click, so it is neither clicked nor captured
+            box["done"].set()
+
+        QTimer.singleShot(self.marker_ms, release)
+
+    def _confirm_action(self, action, pixels, shot) -> bool:
+        return bool(self._confirm(action=action, pixels=pixels))
+
+    def _ask_confirm(self, box: dict) -> None:
+        action, pixels = box["data"]["action"], box["data"]["pixels"]
+        text = describe_pixels(action, pixels)
+        if pixels:
+            self.marker.show_at(*pixels[0], text)
+        self.emit_event("confirm_asked", action=text)
+        answer = QMessageBox.question(None, "qvl-agent: allow this action?", f"The agent wants to: {text}")
+        self.marker.hide()
+        box["result"] = answer == QMessageBox.StandardButton.Yes
+        box["done"].set()
