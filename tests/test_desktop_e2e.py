@@ -285,3 +285,37 @@ def test_the_trace_is_complete_after_a_crash(app, tmp_path):
     assert trace.end is None and trace.damaged_lines == 0
     shown = run_cli("trace", "show", str(trace_dir))
     assert shown.returncode == 0 and "did not finish" in shown.stdout
+
+
+def test_confirm_mode_asks_on_the_terminal_and_a_no_stops_the_run(app, tmp_path):
+    engine = replay(
+        tmp_path,
+        [
+            call(action="left_click", coordinate=app.center("name")) + call(action="type", text="yes"),
+            call(action="left_click", coordinate=app.checkbox()),
+            call(action="terminate", status="success"),
+        ],
+    )
+    # Without --yes every action waits for y/n: yes to the click and the typing, no to the checkbox.
+    done = run_cli(
+        "run", "--engine", engine, "--trace-dir", str(tmp_path / "t"), "Fill it", input="y\ny\nn\n"
+    )
+    assert done.returncode == 1
+    assert "Do it? [y/N]" in done.stderr and "declined" in done.stderr
+    state = app.state()
+    assert state["name"] == "yes" and state["agree"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--monitor", "7"], "There is no monitor 7"),
+        (["--region", "10,10,0,5"], "positive width and height"),
+        (["--max-steps", "0"], "--max-steps must be at least 1"),
+        (["--engine", "replay:/no/such/file.json"], "No such replay file"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(x_display, tmp_path, args, message):
+    done = run_cli("run", "--yes", "--trace-dir", str(tmp_path / "t"), *args, "Do something")
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr

@@ -116,6 +116,7 @@ class HotkeyListener:
     def close(self) -> None:
         if self._listener is not None:
             self._listener.stop()
+            self._listener.join(timeout=1.0)  # let it close its display connections before we go
             self._listener = None
 
 
