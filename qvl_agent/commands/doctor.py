@@ -1,0 +1,237 @@
+"""`qvl-agent doctor`: check what qvl-agent needs on this machine and say how to fix what is missing.
+
+    qvl-agent doctor [--model ...] [--engine ...] [--device ...]
+
+Checks the display server (and, under Wayland, what works through XWayland), the system tray, the GPU,
+the model, a browser (searched in the same order as the browser executor) and the global-hotkey backend.
+Each line is "ok", "note" (works, with a limitation) or "FAIL" followed by how to fix it. Exit 0 when
+nothing failed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from qvl_agent import capture
+from qvl_agent.cli import add_engine_args
+from qvl_agent.config import Settings
+
+PROBE_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    level: str  # ok | note | fail
+    detail: str
+    fix: str = ""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check the display, tray, GPU, model, browser and hotkeys",
+                       description=__doc__.splitlines()[0])  # fmt: skip
+    add_engine_args(p)
+    p.set_defaults(func=run)
+
+
+def _wayland() -> bool:
+    return bool(os.environ.get("WAYLAND_DISPLAY")) or os.environ.get("XDG_SESSION_TYPE") == "wayland"
+
+
+XWAYLAND_NOTE = (
+    "Wayland session with XWayland: screen capture and clicks go through XWayland, so native Wayland "
+    "windows may capture black or ignore synthetic input on some desktops, and global hotkeys fire only "
+    "while an X11 window has focus."
+)
+
+
+def check_display() -> Check:
+    problem = capture.display_problem()
+    if problem:
+        if _wayland():
+            fix = "enable XWayland (it provides DISPLAY), or log in to an X11 session."
+        else:
+            fix = "run inside a desktop session, or start a virtual one: Xvfb :99 & export DISPLAY=:99"
+        return Check("display", "fail", problem, fix)
+    try:
+        monitors = capture.list_monitors()[1:]
+    except Exception as exc:  # CaptureError, or an Xlib error from a display that went away
+        return Check("display", "fail", str(exc), "check that DISPLAY names a running X server you may use.")
+    sizes = ", ".join(f"{m.width}x{m.height}" for m in monitors)
+    where = f"X11 {os.environ['DISPLAY']}" if os.environ.get("DISPLAY") else sys.platform
+    if sys.platform.startswith("linux") and _wayland():
+        return Check("display", "note", f"{XWAYLAND_NOTE} Monitors: {sizes}.",
+                     "for full control log in to an X11 session; otherwise prefer X11 apps.")  # fmt: skip
+    return Check("display", "ok", f"{where}, {len(monitors)} monitor(s): {sizes}")
+
+
+def probe_desktop() -> dict:
+    """Qt's view of the desktop, from a child process (Qt aborts when its platform plugin fails)."""
+    env = dict(os.environ)
+    env.pop("QT_QPA_PLATFORM", None)  # probe the real platform, not an offscreen test setting
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "qvl_agent.ui.probe"], capture_output=True, text=True,
+            timeout=PROBE_TIMEOUT_S, env=env,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"error": f"the desktop probe did not answer within {PROBE_TIMEOUT_S} s"}
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"Qt could not start here ({last})"}
+    return json.loads(lines[-1])
+
+
+def check_tray(desktop: dict) -> Check:
+    if "error" in desktop:
+        return Check(
+            "system tray",
+            "fail",
+            desktop["error"],
+            "fix the display first; on Linux install Qt's xcb libraries (scripts/setup lists them).",
+        )
+    if desktop.get("tray"):
+        return Check("system tray", "ok", f"available ({desktop.get('platform')})")
+    return Check(
+        "system tray", "note", "no system tray: `qvl-agent tray` shows a small launcher window instead.",
+        "use a panel with a tray (GNOME: the AppIndicator extension; or run trayer/stalonetray).",
+    )  # fmt: skip
+
+
+def check_hotkeys(desktop: dict) -> Check:
+    if "error" in desktop:
+        return Check("hotkeys", "fail", "not checked: " + desktop["error"], "fix the display first.")
+    error = desktop.get("hotkeys_error", "")
+    if sys.platform.startswith("linux") and _wayland():
+        return Check(
+            "hotkeys",
+            "note",
+            "Wayland: pynput hears hotkeys only while an XWayland window has focus.",
+            "bind a desktop keyboard shortcut to `qvl-agent tray --send ask` (and `--send region`).",
+        )
+    if error:
+        return Check(
+            "hotkeys",
+            "fail",
+            error,
+            "on X11 the server needs the RECORD extension; on macOS allow Accessibility access.",
+        )
+    return Check(
+        "hotkeys", "ok", "pynput global hotkeys work (X11)" if os.environ.get("DISPLAY") else "pynput"
+    )
+
+
+def check_gpu(settings: Settings) -> Check:
+    try:
+        import torch
+    except Exception as exc:
+        return Check("gpu", "fail", f"torch cannot be imported: {exc}", "reinstall: scripts/setup")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        return Check(
+            "gpu", "ok", f"{props.name}, {props.total_memory / 2**30:.0f} GiB (torch {torch.__version__})"
+        )
+    if settings.device.startswith("cuda"):
+        return Check(
+            "gpu",
+            "fail",
+            f"device is {settings.device} but torch sees no CUDA GPU.",
+            "install the NVIDIA driver and a CUDA build of torch, or set device to auto/cpu.",
+        )
+    return Check(
+        "gpu",
+        "note",
+        "no CUDA GPU: the model runs on the CPU, taking seconds per answer.",
+        "for sub-second answers use a machine with an NVIDIA GPU, or --engine openai:URL to a server.",
+    )
+
+
+def check_model(settings: Settings) -> Check:
+    if settings.engine.startswith("replay:"):
+        path = Path(settings.engine.removeprefix("replay:"))
+        if path.is_file():
+            return Check("model", "ok", f"replay engine {path}: no model needed")
+        return Check(
+            "model", "fail", f"the replay file {path} does not exist.", "pass an existing JSON file."
+        )
+    if settings.engine.startswith("openai:"):
+        return Check(
+            "model", "ok", f"remote engine {settings.engine.removeprefix('openai:')}: no local model"
+        )
+    model = settings.model
+    path = Path(model).expanduser()
+    download = f"huggingface-cli download {model} --local-dir DIR, then set model to DIR"
+    if path.is_dir() or model.startswith((".", "/", "~")):
+        if not (path / "config.json").is_file():
+            return Check(
+                "model",
+                "fail",
+                f"{path} holds no model (no config.json).",
+                "point --model (or the model setting) at a folder from save_pretrained or a download.",
+            )
+        if not list(path.glob("*.safetensors")) and not list(path.glob("*.bin")):
+            return Check(
+                "model", "fail", f"{path} has a config but no weights.", "download the weights again."
+            )
+        return Check("model", "ok", f"local folder {path}")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return Check("model", "fail", "huggingface_hub is missing.", "reinstall: scripts/setup")
+    cached = try_to_load_from_cache(model, "config.json")
+    if isinstance(cached, str):
+        snapshot = Path(cached).parent
+        if list(snapshot.glob("*.safetensors")):
+            return Check("model", "ok", f"{model} in the Hugging Face cache ({snapshot})")
+        return Check("model", "fail", f"{model} is in the cache without its weights.", download)
+    return Check(
+        "model", "fail", f"{model} is not in the Hugging Face cache (first use downloads it).", download
+    )
+
+
+def playwright_chromium() -> str | None:
+    """Playwright's own Chromium, when one was installed with `playwright install chromium`."""
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            path = p.chromium.executable_path
+        return path if path and Path(path).is_file() else None
+    except Exception:  # no driver, no install: not finding one is the answer
+        return None
+
+
+def check_browser(settings: Settings) -> Check:
+    from qvl_agent.act.browser import find_browser
+    from qvl_agent.errors import BrowserError
+
+    try:
+        found = find_browser(None, settings.browser, playwright_chromium())
+    except BrowserError as exc:
+        return Check("browser", "fail", str(exc),
+                     "apt install chromium (or set QVL_BROWSER to a Chromium executable).")  # fmt: skip
+    origin = "QVL_BROWSER / settings" if settings.browser else "found"
+    return Check("browser", "ok", f"{found} ({origin})")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    display = check_display()
+    checks = [display]
+    desktop = probe_desktop() if display.level != "fail" else {"error": "no display"}
+    checks += [check_tray(desktop), check_gpu(settings), check_model(settings), check_browser(settings)]
+    checks.append(check_hotkeys(desktop))
+    labels = {"ok": "ok  ", "note": "note", "fail": "FAIL"}
+    for c in checks:
+        print(f"{labels[c.level]}  {c.name}: {c.detail}")
+        if c.fix and c.level != "ok":
+            print(f"      fix: {c.fix}")
+    failed = [c.name for c in checks if c.level == "fail"]
+    print("All checks passed." if not failed else f"{len(failed)} problem(s): {', '.join(failed)}.")
+    return 1 if failed else 0
