@@ -40,13 +40,34 @@ def pick_device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """A quick connect to the Hugging Face endpoint, so that a machine without network gets its answer
+    in seconds instead of minutes of download retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
 def _load_pretrained(model_id: str, dtype: torch.dtype):
     """Model and processor from a directory or the Hugging Face cache, one readable error otherwise."""
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
 
+    from huggingface_hub.utils import logging as hub_logging
+
     hf_logging.disable_progress_bar()  # stderr belongs to --stats and to our own messages
     hf_logging.set_verbosity_error()
+    hub_logging.set_verbosity_error()
     path = Path(model_id).expanduser()
     is_dir = path.is_dir()
     if not is_dir and (model_id.startswith((".", "/", "~")) or path.exists()):
@@ -54,7 +75,8 @@ def _load_pretrained(model_id: str, dtype: torch.dtype):
     if is_dir and not (path / "config.json").exists():
         raise ModelNotFoundError(f"{model_id} does not hold a model (no config.json in it).")
     source = str(path) if is_dir else model_id
-    attempts = [True] if is_dir else [True, False]  # the local cache first, then the network
+    # The local cache first, then the network when there is one.
+    attempts = [True] if is_dir else [True, False] if _hub_reachable() else [True]
     last: Exception | None = None
     for local_only in attempts:
         try:
