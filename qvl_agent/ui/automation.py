@@ -76,11 +76,13 @@ class Automation(QObject):
         parent: QObject | None = None,
         executor_factory: Callable = default_executor,
         marker_ms: int = MARKER_MS,
+        trace_root: Path | None = None,
     ) -> None:
         super().__init__(parent)
         self.host, self.settings, self.emit_event = host, settings, emit_event
         self.executor_factory = executor_factory
         self.marker_ms = marker_ms
+        self.trace_root = trace_root  # None: the same place `qvl-agent run` writes its traces
         self.marker = ClickMarker()
         self.guard: Guard | None = None
         self.running = False
@@ -117,6 +119,7 @@ class Automation(QObject):
         self.emit_event("automation_started", task=task, mode=mode)
         on_event, confirm = self._on_agent_event, self._confirm_action
         max_new_tokens = settings.max_new_tokens
+        trace_root = self.trace_root
 
         def job(engine):
             from qvl_agent.agent import Agent
@@ -125,6 +128,8 @@ class Automation(QObject):
             from qvl_agent.trace import TraceWriter
 
             trace_dir = default_trace_dir()
+            if trace_root is not None:
+                trace_dir = trace_root / trace_dir.name
             trace = TraceWriter(trace_dir)
             try:
                 agent = Agent(

@@ -43,16 +43,18 @@ class RegionOverlay(QWidget):
         self.raise_()
 
     def selection(self) -> QRect | None:
+        """The dragged rectangle in widget coordinates (corner to corner, exclusive of the far edge)."""
         if self._origin is None or self._current is None:
             return None
-        return QRect(self._origin, self._current).normalized()
+        a, b = self._origin, self._current
+        return QRect(min(a.x(), b.x()), min(a.y(), b.y()), abs(a.x() - b.x()), abs(a.y() - b.y()))
 
     def physical_region(self, rect: QRect) -> Region:
         """A widget rectangle (logical) → physical pixels of the virtual desktop."""
-        top_left = self.mapToGlobal(rect.topLeft())
-        bottom_right = self.mapToGlobal(rect.bottomRight() + QPoint(1, 1))
-        x0, y0 = to_physical(self._screen, top_left)
-        x1, y1 = to_physical(self._screen, bottom_right)
+        x0, y0 = to_physical(self._screen, self.mapToGlobal(rect.topLeft()))
+        x1, y1 = to_physical(
+            self._screen, self.mapToGlobal(rect.topLeft() + QPoint(rect.width(), rect.height()))
+        )
         return Region(x0, y0, x1 - x0, y1 - y0)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt naming)

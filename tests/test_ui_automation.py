@@ -1,0 +1,211 @@
+"""Do it from the ask window (offscreen): the agent runs through the guard in the configured safety mode,
+the click marker shows the target before the click, the window hides during the run and comes back.
+Also the region overlay and cropping."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from qvl_agent.capture import Region, Screenshot
+from qvl_agent.config import Settings
+from qvl_agent.engine.replay import ReplayEngine
+
+pytest.importorskip("pytestqt")
+
+
+@pytest.fixture(scope="session")
+def qapp_args():
+    return ["qvl-agent-tests", "-platform", "offscreen"]
+
+
+def call(action: str, **args) -> str:
+    return (
+        "<tool_call>"
+        + json.dumps({"name": "computer_use", "arguments": {"action": action, **args}})
+        + "</tool_call>"
+    )
+
+
+def stripes(width=320, height=200) -> Screenshot:
+    """Each column's blue value is its x coordinate (mod 256), so a crop can be checked pixel by pixel."""
+    row = b"".join(bytes([x % 256, 0, 0, 0]) for x in range(width))
+    return Screenshot(row * height, width, height, "BGRA", source="test")
+
+
+@pytest.fixture
+def rig(qtbot, tmp_path):
+    from shiboken6 import isValid
+
+    from qvl_agent.act.recording import RecordingExecutor
+    from qvl_agent.ui.ask_window import AskWindow
+    from qvl_agent.ui.automation import Automation
+    from qvl_agent.ui.engine_worker import EngineHost
+
+    class Rig:
+        def __init__(self):
+            self.host = EngineHost()
+            self.events: list[tuple[str, dict]] = []
+            self.settings = Settings(safety_mode="auto")
+            self.executors: list[RecordingExecutor] = []
+            self.automation = Automation(
+                self.host, lambda: self.settings, self.log, executor_factory=self.make_executor,
+                marker_ms=80, trace_root=tmp_path / "runs",
+            )  # fmt: skip
+
+        def log(self, name, **data):
+            self.events.append((name, data))
+
+        def make_executor(self, shot, guard, mode):
+            log = self.log
+
+            class Logged(RecordingExecutor):
+                def execute(self, action, s):
+                    log("executed", kind=action.kind)
+                    return super().execute(action, s)
+
+            executor = Logged([shot])
+            self.executors.append(executor)
+            return executor
+
+        def load(self, replies):
+            with qtbot.waitSignal(self.host.ready, timeout=30_000):
+                self.host.load(lambda: ReplayEngine(replies))
+
+        def window(self, shot):
+            win = AskWindow(self.host, shot, on_event=self.log)
+            win.do_it_requested.connect(lambda task, s: self.automation.do_it(task, s, win))
+            win.show()
+            self.win = win
+            return win
+
+    rig = Rig()
+    yield rig
+    rig.automation.marker.close()
+    if hasattr(rig, "win") and isValid(rig.win):
+        rig.win.close()
+    rig.host.close()
+
+
+def test_do_it_runs_the_agent_with_a_marker_before_the_click(qtbot, rig):
+    from PySide6.QtCore import Qt
+
+    shot = stripes()
+    rig.load(
+        [
+            "Click the OK button.",
+            call("left_click", coordinate=[500, 500]),
+            call("terminate", status="success"),
+        ]
+    )
+    win = rig.window(shot)
+    win.question.setText("Press OK")
+    with qtbot.waitSignal(rig.host.answered, timeout=10_000):
+        win.question.returnPressed.emit()
+    qtbot.waitUntil(win.do_it_button.isEnabled)
+
+    hidden_during_run = []
+    with qtbot.waitSignal(rig.automation.finished, timeout=30_000) as done:
+        qtbot.mouseClick(win.do_it_button, Qt.MouseButton.LeftButton)
+        hidden_during_run.append(win.isVisible())
+    assert hidden_during_run == [False]  # the agent must not see or click our window
+    assert "success" in done.args[0]
+    assert win.isVisible() and "success" in win.status.text()
+
+    names = [name for name, _ in rig.events]
+    marker = names.index("marker_shown")
+    assert names.index("executed") > marker  # the person saw the target before the click
+    x, y = rig.events[marker][1]["x"], rig.events[marker][1]["y"]
+    assert (x, y) == (160, 100)  # 500/1000 of a 320x200 screen
+    assert not rig.automation.marker.isVisible()  # gone before the click, and after the run
+    executor = rig.executors[0]
+    assert [a.kind for a in executor.actions] == ["left_click"]
+    assert executor.recorded[0].pixels == ((160, 100),)
+    started = dict(rig.events)["automation_started"]
+    assert started == {"task": "Press OK", "mode": "auto"}
+    done_event = dict(rig.events)["automation_done"]
+    assert done_event["status"] == "success"
+    assert done_event["trace"] and __import__("pathlib").Path(done_event["trace"], "trace.jsonl").exists()
+
+
+def test_confirm_mode_asks_and_a_no_stops_the_run_before_anything_happens(qtbot, rig):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QMessageBox
+
+    rig.settings = dataclasses.replace(rig.settings, safety_mode="confirm")
+    rig.load([call("left_click", coordinate=[250, 250]), call("terminate", status="success")])
+    asked = []
+
+    def answer_no():
+        box = QApplication.activeModalWidget()
+        if isinstance(box, QMessageBox):
+            asked.append((box.text(), rig.automation.marker.isVisible()))
+            box.button(QMessageBox.StandardButton.No).click()
+        else:
+            QTimer.singleShot(50, answer_no)
+
+    QTimer.singleShot(50, answer_no)
+    with qtbot.waitSignal(rig.automation.finished, timeout=30_000) as done:
+        rig.automation.do_it("Click the thing", stripes())
+    assert asked and "left_click" in asked[0][0] and "(80, 50)" in asked[0][0]
+    assert asked[0][1] is True  # the marker shows the target while the person decides
+    assert "stopped" in done.args[0]
+    assert rig.executors[0].actions == []
+
+
+def test_stop_halts_a_run_and_a_second_do_it_is_refused_while_one_runs(qtbot, rig):
+    rig.load([call("wait", time=20), call("terminate", status="success")])
+    messages = []
+    rig.automation.finished.connect(messages.append)
+    assert rig.automation.do_it("Wait a long time", stripes())
+    assert not rig.automation.do_it("Something else", stripes())
+    assert "already" in messages[-1]
+    qtbot.waitUntil(lambda: any(n == "automation_started" for n, _ in rig.events))
+    with qtbot.waitSignal(rig.automation.finished, timeout=10_000) as done:
+        rig.automation.stop()
+    assert "stopped" in done.args[0]
+
+
+def test_region_overlay_reports_the_dragged_rectangle_and_crop_keeps_its_pixels(qtbot):
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtGui import QGuiApplication
+
+    from qvl_agent.ui.overlay import RegionOverlay
+    from qvl_agent.ui.screen import crop
+
+    screen = QGuiApplication.primaryScreen()
+    geo = screen.geometry()
+    shot = stripes(geo.width(), geo.height())
+    overlay = RegionOverlay(shot, screen)
+    qtbot.addWidget(overlay)
+    overlay.open()
+    with qtbot.waitSignal(overlay.selected) as picked:
+        qtbot.mousePress(overlay, Qt.MouseButton.LeftButton, pos=QPoint(300, 40))
+        qtbot.mouseMove(overlay, QPoint(200, 100))
+        qtbot.mouseRelease(overlay, Qt.MouseButton.LeftButton, pos=QPoint(100, 140))
+    region = picked.args[0]
+    assert region == Region(geo.x() + 100, geo.y() + 40, 200, 100)
+    part = crop(shot, region)
+    assert (part.width, part.height, part.left, part.top) == (200, 100, region.left, region.top)
+    assert part.data[0] == 100 % 256 and part.data[4 * 199] == 299 % 256
+
+
+def test_region_overlay_escape_or_a_plain_click_cancels(qtbot):
+    from PySide6.QtCore import QPoint, Qt
+    from PySide6.QtGui import QGuiApplication
+
+    from qvl_agent.ui.overlay import RegionOverlay
+
+    screen = QGuiApplication.primaryScreen()
+    shot = stripes(screen.geometry().width(), screen.geometry().height())
+    overlay = RegionOverlay(shot, screen)
+    overlay.open()
+    with qtbot.waitSignal(overlay.cancelled):
+        qtbot.mouseClick(overlay, Qt.MouseButton.LeftButton, pos=QPoint(50, 50))
+    overlay = RegionOverlay(shot, screen)
+    overlay.open()
+    with qtbot.waitSignal(overlay.cancelled):
+        qtbot.keyClick(overlay, Qt.Key.Key_Escape)
