@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("pytestqt")
 
 from qvl_agent.capture import Screenshot  # noqa: E402
+from qvl_agent.engine.base import GenerationOptions  # noqa: E402
 from qvl_agent.engine.replay import ReplayEngine  # noqa: E402
 
 
@@ -180,3 +181,29 @@ def test_playwright_button_only_for_a_browser_on_screen(qtbot, host):
     load(qtbot, host, ReplayEngine([]))
     win, _ = open_window(qtbot, host, browser_on_screen=False)
     assert not win.playwright_button.isVisible()
+
+
+@pytest.mark.slow
+def test_streaming_from_the_tiny_local_model_and_a_follow_up_on_the_same_session(qtbot, host, tiny_model_dir):
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.qwen3vl import Qwen3VLEngine
+
+    settings = Settings(model=str(tiny_model_dir), device="cpu")
+    with qtbot.waitSignal(host.ready, timeout=300_000):
+        host.load(lambda: Qwen3VLEngine.load(str(tiny_model_dir), device="cpu", settings=settings))
+    pieces = []
+    host.piece.connect(lambda _req, piece: pieces.append(piece))
+    win, events = open_window(qtbot, host, make_shot(256, 192), options=GenerationOptions(max_new_tokens=12))
+    ask(qtbot, win, "What is on the screen?", timeout=300_000)
+    first = [d for name, d in events if name == "answer_done"][-1]
+    assert first["text"] and first["text"] == "".join(pieces)
+    assert len(pieces) > 1  # streamed token by token
+    assert first["stats"]["vision"] == "miss"
+    assert "vision features computed" in win.status.text() and "first token" in win.status.text()
+
+    ask(qtbot, win, "And in the corner?", timeout=300_000)
+    second = [d for name, d in events if name == "answer_done"][-1]
+    assert second["turn"] == 2
+    assert second["stats"]["vision"] != "miss"  # the screenshot was not encoded again
+    assert second["stats"]["cached_tokens"] > 0  # the first turn's KV cache was reused
+    assert "reused" in win.status.text()
