@@ -104,8 +104,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"OpenAI-compatible API: {base}/v1", flush=True)
         print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-        uvicorn.Server(config).run(sockets=[sock])
-        engine.close()
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises Ctrl+C after its graceful shutdown: stopping a server is success
+        finally:
+            engine.close()
+        print("Stopped.", file=sys.stderr, flush=True)
     finally:
         sock.close()
     return 0

@@ -102,3 +102,56 @@ class LiveServer:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
+
+
+def start_serve(*args: str, config_dir, token: str | None = "tiny-test-token", timeout: float = 180):
+    """Start `python -m qvl_agent serve --port 0 ARGS` as a user would; returns (base URL, process, lines
+    printed). The caller stops it with `stop_serve`."""
+    import os
+    import queue
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent.parent
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir))
+    env.pop("QVL_API_TOKEN", None)
+    if token:
+        env["QVL_API_TOKEN"] = token
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qvl_agent", "serve", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=root,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    printed: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.5)
+        except queue.Empty:
+            if proc.poll() is not None:
+                break
+            continue
+        printed.append(line.rstrip("\n"))
+        if line.startswith("Chat page: "):
+            url = line.split()[2].split("/?")[0].rstrip("/")
+            return url, proc, printed
+    proc.kill()
+    raise RuntimeError("qvl-agent serve did not start:\n" + "\n".join(printed))
+
+
+def stop_serve(proc) -> int:
+    """Ctrl+C, as a person would; returns the exit code."""
+    import signal
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(20)
+    except Exception:
+        proc.kill()
+        raise
