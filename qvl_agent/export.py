@@ -274,7 +274,7 @@ _TEMPLATE = '''#!/usr/bin/env python3
 """Replays a browser run recorded by qvl-agent, without the model: {title}
 
 Task: {task}
-Run:  python {filename} [--browser PATH] [--url URL] [--headed]
+Run:  python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECONDS]
       (the browser comes from --browser, else $QVL_BROWSER, else Playwright's own Chromium)
 Exit status 0 when the page reaches the recorded end state, 1 when it does not.
 """
@@ -300,6 +300,7 @@ def main():
     parser.add_argument("--browser", default=os.environ.get("QVL_BROWSER"), help="Chromium executable")
     parser.add_argument("--url", default=START_URL, help="start URL (default: the recorded one)")
     parser.add_argument("--headed", action="store_true", help="show the browser window")
+    parser.add_argument("--timeout", type=float, default=10, help="seconds each step may wait (default 10)")
     args = parser.parse_args()
     origin = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", args.url).group(0)
     with sync_playwright() as p:
@@ -307,6 +308,8 @@ def main():
                                     args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(args.timeout * 1000)
+            expect.set_options(timeout=args.timeout * 1000)
             page.on("dialog", lambda dialog: dialog.accept())
             page.goto(args.url)
             replay(page, origin)

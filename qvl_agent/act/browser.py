@@ -173,6 +173,7 @@ class BrowserExecutor:
         self.viewport = viewport
         self._inflight: set = set()
         self._dead = ""  # why the browser or page cannot be used any more
+        self._page_closed = False
         self._failed_navigation = ""
         self._touched: list[Located] = []
         self._text_before_last_click: str | None = None
@@ -222,11 +223,11 @@ class BrowserExecutor:
 
     def _on_close(self, page) -> None:
         if page is self.page:
-            others = [p for p in self.context.pages if not p.is_closed()] if not self._dead else []
+            others = [p for p in self.context.pages if not p.is_closed()]
             if others:
                 self.page = others[-1]
             else:
-                self._mark_dead("The page was closed during the run.")
+                self._page_closed = True  # the page alone, or the whole browser: `_check_alive` tells
 
     def _on_request_failed(self, request) -> None:
         self._inflight.discard(request)
@@ -237,6 +238,9 @@ class BrowserExecutor:
             pass
 
     def _check_alive(self) -> None:
+        if self._page_closed and not self._dead:
+            gone = not self.browser.is_connected()
+            self._mark_dead(f"The {'browser' if gone else 'page'} closed during the run.")
         if self._dead:
             raise BrowserError(self._dead)
         if self.page.url.startswith("chrome-error://"):

@@ -82,3 +82,23 @@ def kill_browser_below(pid: int) -> bool:
             os.kill(child, signal.SIGKILL)
             return True
     return False
+
+
+def measure_along(url: str, plan: list[tuple[str, str]], viewport=VIEWPORT) -> dict:
+    """Walk a page as the run will, measuring element centres on the way: plan items are
+    ("measure", selector) or ("click", selector); returns {selector: model point}."""
+    from playwright.sync_api import sync_playwright
+
+    centres = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
+        page.goto(url)
+        for what, sel in plan:
+            if what == "click":
+                page.click(sel)
+            else:
+                box = page.locator(sel).bounding_box()
+                centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
+        browser.close()
+    return centres
