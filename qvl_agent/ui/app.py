@@ -36,6 +36,7 @@ from qvl_agent.ui.instance import SingleInstance
 from qvl_agent.ui.launcher import Launcher, make_icon
 from qvl_agent.ui.overlay import RegionOverlay
 from qvl_agent.ui.screen import browser_on_screen, crop, grab_under_pointer
+from qvl_agent.ui.script_flow import ScriptFlow
 from qvl_agent.ui.settings_dialog import SettingsDialog
 
 MENU_SETTLE_MS = 150  # a menu or launcher we just hid must be gone from the screen before the grab
@@ -80,6 +81,8 @@ class TrayApp(QObject):
         self.listener = hk.HotkeyListener(settings.hotkeys, self)
         self.automation = Automation(self.host, lambda: self.settings, self.emit_event, self)
         self.automation.finished.connect(self._automation_finished)
+        self.scripts = ScriptFlow(self.host, lambda: self.settings, self.emit_event, self)
+        self.scripts.finished.connect(self._automation_finished)
         self._build_actions()
 
     # --- setup ----------------------------------------------------------------------------------------
@@ -259,7 +262,7 @@ class TrayApp(QObject):
             self.host, shot, browser_on_screen=browser, options=options, on_event=self.emit_event
         )
         window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
-        window.playwright_requested.connect(lambda task, s, w=window: self.automation.playwright(task, s, w))
+        window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
         window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
         self.windows.append(window)
         screen = QApplication.screenAt(QCursor.pos()) or QApplication.primaryScreen()
