@@ -5,7 +5,7 @@ walks up to its interactive ancestor (`closest(button, a[href], input, ...)`; a 
 control it labels) and tries locators in order of robustness: role + accessible name, label,
 placeholder, test id, text, then a CSS path. A candidate is kept only when it matches exactly one element
 in the page and that element is the target. When none qualifies (a canvas, an element in an iframe) the
-locator is the point itself, the last resort.
+locator is the point itself, the last resort; so is a click on a canvas or on the bare page.
 
 Locators are plain dicts so that they go into the trace as JSON and `export` can compile them into code:
 
@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 
 INTERACTIVE = "button,a[href],input,select,textarea,[role],label,summary,[contenteditable]"
 MAX_TEXT = 80  # longer texts make brittle locators
+# A click on a canvas means a spot on it, and one on the bare page means nothing in particular: the
+# element would be replayed at its centre, so these stay points.
+POINT_ONLY = ("canvas", "html", "body")
 
 # Returns the target element (or null) for a point: the interactive ancestor of what is under it, and a
 # label replaced by its control so that clicking "Remember me" resolves to the checkbox.
@@ -190,6 +193,9 @@ def locate(page, x: float, y: float) -> Located:
     element = handle.as_element()
     if element is None:
         return Located(point)
+    tag = element.evaluate("(el) => el.tagName.toLowerCase()")
+    if tag in POINT_ONLY:
+        return Located(point, {"tag": tag}, element)
     return resolve_handle(page, element) or Located(point, {}, element)
 
 

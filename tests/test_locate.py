@@ -1,0 +1,102 @@
+"""Element resolution on a real page in real Chromium: each click point resolves to the most robust
+locator that matches exactly one element, and that element is the one under the point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qvl_agent.act.locate import focused, locate, to_playwright
+from tests.pages.helpers import CHROMIUM
+from tests.pages.server import PageServer
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium at /usr/bin/chromium"),
+]
+
+
+@pytest.fixture(scope="module")
+def page():
+    from playwright.sync_api import sync_playwright
+
+    server = PageServer().start()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        pg = browser.new_page(viewport={"width": 1280, "height": 800})
+        pg.goto(server.url + "/locators.html")
+        yield pg
+        browser.close()
+    server.stop()
+
+
+def centre(page, selector: str, dx: float = 0.5) -> tuple[float, float]:
+    box = page.locator(selector).bounding_box()
+    return box["x"] + box["width"] * dx, box["y"] + box["height"] / 2
+
+
+CASES = [
+    # selector clicked, expected locator (the first that is unique), what it is
+    (
+        "#save b",
+        {"kind": "role", "role": "button", "name": "Save draft"},
+        "a button, clicked on its inner <b>",
+    ),
+    (
+        "#docs i",
+        {"kind": "role", "role": "link", "name": "Read the docs"},
+        "a link, clicked on its inner <i>",
+    ),
+    ("#email", {"kind": "role", "role": "textbox", "name": "Email"}, "an input with <label for>"),
+    ("#phone", {"kind": "role", "role": "textbox", "name": "Phone"}, "an input inside its label"),
+    ("#search", {"kind": "role", "role": "textbox", "name": "Search the shop"}, "an input with aria-label"),
+    ("#coupon", {"kind": "role", "role": "textbox", "name": "Coupon code"}, "an input with a placeholder"),
+    ("#menu span", {"kind": "role", "role": "button", "name": "Open menu"}, "a div with role=button"),
+    ("#more", {"kind": "text", "text": "Show more"}, "a clickable span without a role"),
+    ("#close", {"kind": "testid", "value": "close-x"}, "an icon button without a name"),
+    ("#summary", {"kind": "text", "text": "Details"}, "a summary"),
+]
+
+
+@pytest.mark.parametrize("selector, expected, what", CASES, ids=[c[2] for c in CASES])
+def test_points_resolve_to_exactly_one_robust_locator(page, selector, expected, what):
+    x, y = centre(page, selector)
+    found = locate(page, x, y)
+    assert found.locator == expected, what
+    loc = to_playwright(page, found.locator)
+    assert loc.count() == 1
+    target = page.locator(selector).element_handle()
+    assert loc.evaluate(
+        "(el, t) => el === t || el.contains(t) || (t.labels && Array.from(t.labels).includes(el))", target
+    )
+
+
+def test_the_label_text_resolves_to_the_control_it_labels(page):
+    x, y = centre(page, "label[for=email]")
+    assert locate(page, x, y).locator == {"kind": "role", "role": "textbox", "name": "Email"}
+
+
+def test_duplicate_names_fall_back_to_a_unique_css_path(page):
+    second = page.locator("button", has_text="Delete").nth(1)
+    box = second.bounding_box()
+    found = locate(page, box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    assert found.locator["kind"] == "css"
+    loc = to_playwright(page, found.locator)
+    assert loc.count() == 1
+    assert loc.evaluate("(el, t) => el === t", second.element_handle())
+
+
+def test_a_canvas_or_the_bare_page_is_kept_as_coordinates(page):
+    x, y = centre(page, "#chart", dx=0.25)
+    found = locate(page, x, y)
+    # A point inside a canvas means that spot; the canvas's own locator would replay at its centre.
+    assert found.locator == {"kind": "point", "x": round(x), "y": round(y)}
+    assert locate(page, 1200, 780).locator == {"kind": "point", "x": 1200, "y": 780}
+
+
+def test_the_focused_field_is_resolved_for_typing(page):
+    page.click("#coupon")
+    assert focused(page).locator == {"kind": "role", "role": "textbox", "name": "Coupon code"}
+    page.evaluate("() => document.activeElement.blur()")
+    assert focused(page) is None
