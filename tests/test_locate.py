@@ -41,12 +41,12 @@ CASES = [
     (
         "#save b",
         {"kind": "role", "role": "button", "name": "Save draft"},
-        "a button, clicked on its inner <b>",
+        "button, inner <b>",
     ),
     (
         "#docs i",
         {"kind": "role", "role": "link", "name": "Read the docs"},
-        "a link, clicked on its inner <i>",
+        "link, inner <i>",
     ),
     ("#email", {"kind": "role", "role": "textbox", "name": "Email"}, "an input with <label for>"),
     ("#phone", {"kind": "role", "role": "textbox", "name": "Phone"}, "an input inside its label"),
