@@ -26,10 +26,16 @@ from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.engine.context import Context, ImageSpan, reusable_prefix, tokenize_with_images
+from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
 from qvl_agent.engine.decode import TextStream, select_token
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
 from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
 from qvl_agent.errors import EngineError, GenerationCancelled, ModelNotFoundError
+
+
+# Tokens the GPU's static KV slot holds: the longest conversation that decodes through CUDA graphs
+# (112 KiB a token on the 2B model: 1.75 GiB). Longer ones still run, on the eager path.
+SLOT_TOKENS = 16_384
 
 
 def pick_device(device: str) -> torch.device:
@@ -118,13 +124,36 @@ class Qwen3VLEngine(Engine):
         self.lock = threading.RLock()
         self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
         self.vision_runs = 0  # how many times the vision tower ran (tests check reuse with it)
+        self._vision_inputs: dict[tuple, dict] = {}  # grid -> precomputed vision-tower inputs
+        self.fast: GraphRunner | None = None  # CUDA graphs, set up by warm_up() on a GPU
+        self.fast_problem = ""  # why the graphs are off, when they are
+
+    def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
+        """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
+        On a CPU only the turn runs. A GPU path that cannot be captured falls back to eager, and
+        `fast_problem` says why."""
+        if self.device.type == "cuda" and self.fast is None:
+            try:
+                slot = KVSlot(self.model, slot_tokens, self.device, self.dtype)
+                runner = GraphRunner(self.model, slot)
+                runner.capture()
+                self.fast = runner
+            except Exception as exc:  # any capture failure: stay correct on the eager path
+                self.fast_problem = f"{type(exc).__name__}: {exc}"
+                self.fast = None
+        blank = Screenshot(bytes(256 * 256 * 3), 256, 256, "RGB", source="warm-up")
+        session = self.open_session([blank])
+        session.complete("Hi", options=GenerationOptions(max_new_tokens=2, min_new_tokens=2))
+        session.close()
 
     @classmethod
     def load(cls, model_id: str, device: str = "auto", settings: Settings | None = None) -> Qwen3VLEngine:
         dev = pick_device(device)
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         model, processor = _load_pretrained(model_id, dtype)
-        return cls(model.to(dev), processor, name=model_id, settings=settings)
+        engine = cls(model.to(dev), processor, name=model_id, settings=settings)
+        engine.warm_up()
+        return engine
 
     def open_session(self, images: Sequence[Screenshot] = (), system=None, tools=None) -> LocalSession:
         session = LocalSession(self, images, system, tools)
@@ -157,7 +186,7 @@ class Qwen3VLEngine(Engine):
                 pixel_values, grid = preprocess(shot, self.pp, self.device)
                 self._sync()
                 t1 = time.perf_counter()
-                vo = self.model.model.get_image_features(pixel_values, grid, return_dict=True)
+                vo = self.model.model.get_image_features(pixel_values, grid, return_dict=True, **self._vision_kwargs(grid))
                 feats = Features(
                     vo.pooler_output[0], tuple(level[0] for level in vo.deepstack_features), tuple(grid[0].tolist())
                 )
@@ -169,6 +198,14 @@ class Qwen3VLEngine(Engine):
                 self.features.put(key, feats)
             out.append(feats)
         return out, pre_ms, vis_ms, ran
+
+    def _vision_kwargs(self, grid: torch.Tensor) -> dict:
+        key = tuple(grid.flatten().tolist())
+        if key not in self._vision_inputs:
+            if len(self._vision_inputs) >= 8:
+                self._vision_inputs.pop(next(iter(self._vision_inputs)))
+            self._vision_inputs[key] = vision_kwargs(grid, self.model.model.visual, self.model.config.vision_config)
+        return dict(self._vision_inputs[key])  # the tower pops what it uses
 
     def positions(self, ctx: Context) -> torch.Tensor:
         """Explicit M-RoPE position ids `[3, 1, L]` for the whole context."""
@@ -227,6 +264,7 @@ class LocalSession(Session):
         self.cached = Context()  # what the KV cache holds
         self.context = Context()  # the whole conversation so far (cached + the last sampled token)
         self.last_used = time.monotonic()
+        self._stored = 0  # positions of self.cache that are up to date while the slot runs ahead
 
     def kv_bytes(self) -> int:
         if self.cache is None:
@@ -241,6 +279,9 @@ class LocalSession(Session):
     def drop_cache(self) -> None:
         self.cache = None
         self.cached = Context()
+        fast = self.engine.fast
+        if fast is not None and fast.slot.owner == self.id:
+            fast.slot.owner = None
 
     def close(self) -> None:
         self.drop_cache()
@@ -277,6 +318,36 @@ class LocalSession(Session):
         ids, spans = tokenize_with_images(e.tokenizer, rendered, e.image_token, e.image_token_id, entries)
         return Context(ids, spans, rendered), shots
 
+    def _prefill(self, target: Context, reuse: int, feats, pos: torch.Tensor, options) -> tuple[torch.Tensor, bool]:
+        """Run the new tokens; returns (last logits, whether the KV slot now holds this session).
+
+        A short text-only follow-up runs as a captured graph on the slot; anything else runs eagerly on
+        the session's own cache and is then loaded into the slot, if it fits, for graph decoding."""
+        e, fast = self.engine, self.engine.fast
+        new_ids = torch.tensor([target.ids[reuse:]], device=e.device)
+        fits = fast is not None and len(target.ids) + options.max_new_tokens <= fast.slot.max_len
+        if fits and not feats and new_ids.shape[1] <= fast.max_prefill:
+            if fast.slot.owner == self.id and fast.slot.length >= reuse:
+                fast.slot.set_length(reuse)
+            else:
+                fast.slot.load(self.cache, reuse, self.id)
+            self._stored = reuse
+            return fast.run(new_ids, pos[:, :, reuse:]), True
+        logits = e.forward(new_ids, pos[:, :, reuse:], self.cache, feats)
+        self._stored = len(target.ids)
+        if fits:
+            fast.slot.load(self.cache, len(target.ids), self.id)
+        elif fast is not None and fast.slot.owner == self.id:
+            fast.slot.owner = None  # the slot no longer matches this session's cache
+        return logits, fits
+
+    def _step(self, token: torch.Tensor, position: int, on_slot: bool) -> torch.Tensor:
+        e = self.engine
+        pos = torch.full((3, 1, 1), position, device=e.device, dtype=torch.long)
+        if on_slot:
+            return e.fast.run(token.view(1, 1), pos)
+        return e.forward(token.view(1, 1), pos, self.cache, [])
+
     @torch.inference_mode()
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         e = self.engine
@@ -290,16 +361,14 @@ class LocalSession(Session):
 
                 self.cache = DynamicCache(config=e.model.config)
                 reuse = 0
-            else:
+            elif self.cache.get_seq_length() > reuse:
                 self.cache.crop(reuse - self.cache.get_seq_length())  # a negative count removes tokens
-            by_key = {s.content_hash: s for s in shots}
-            keyed = {e.image_entry(s)[0]: s for s in by_key.values()}
+            keyed = {e.image_entry(s)[0]: s for s in shots}
             fresh = [span for span in target.images if span.start >= reuse]
             feats, pre_ms, vis_ms, ran = e.encode_images([(keyed[span.key], span.key) for span in fresh])
 
             pos = e.positions(target)  # [3, 1, L]
-            new_ids = torch.tensor([target.ids[reuse:]], device=e.device)
-            logits = e.forward(new_ids, pos[:, :, reuse:], self.cache, feats)
+            logits, on_slot = self._prefill(target, reuse, feats, pos, options)
             self.cached = Context(list(target.ids), list(target.images), target.text)
             next_pos = int(pos.max()) + 1
 
@@ -328,14 +397,15 @@ class LocalSession(Session):
                         yield piece
                     if stream.stopped or len(generated) >= options.max_new_tokens:
                         break
-                    step_pos = torch.full((3, 1, 1), next_pos, device=e.device, dtype=torch.long)
-                    logits = e.forward(token.view(1, 1), step_pos, self.cache, [])
+                    logits = self._step(token, next_pos, on_slot)
                     self.cached.ids.append(token_id)
                     next_pos += 1
                 tail = stream.flush()
                 if tail:
                     yield tail
             finally:
+                if on_slot:  # bring the session's own cache up to date with what the slot computed
+                    e.fast.slot.store(self.cache, self._stored, e.fast.slot.length)
                 reply_text = stream.text()
                 self.context = Context(
                     target.ids + generated,
