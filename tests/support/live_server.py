@@ -104,7 +104,13 @@ class LiveServer:
         self.sock.close()
 
 
-def start_serve(*args: str, config_dir, token: str | None = "tiny-test-token", timeout: float = 180):
+def start_serve(
+    *args: str,
+    config_dir,
+    token: str | None = "tiny-test-token",
+    env: dict | None = None,
+    timeout: float = 180,
+):
     """Start `python -m qvl_agent serve --port 0 ARGS` as a user would; returns (base URL, process, lines
     printed). The caller stops it with `stop_serve`."""
     import os
@@ -114,7 +120,9 @@ def start_serve(*args: str, config_dir, token: str | None = "tiny-test-token", t
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir))
+    env = dict(
+        os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir), **(env or {})
+    )
     env.pop("QVL_API_TOKEN", None)
     if token:
         env["QVL_API_TOKEN"] = token

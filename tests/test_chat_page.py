@@ -1,0 +1,91 @@
+"""The chat page in headless Chromium against `qvl-agent serve` with the tiny model: open the printed
+address, pick a screenshot, ask, watch the answer stream in, and see the follow-up's features cached."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+
+from tests.support.live_server import start_serve, stop_serve
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+CHROMIUM_ARGS = [
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model_dir, tmp_path_factory):
+    config = tmp_path_factory.mktemp("chat-config")
+    # No QVL_API_TOKEN: the server creates its token file, and the address it prints carries the token.
+    url, proc, printed = start_serve(
+        "--model",
+        str(tiny_model_dir),
+        "--device",
+        "cpu",
+        config_dir=config,
+        token=None,
+        env={"QVL_MAX_NEW_TOKENS": "24"},
+    )
+    page_url = next(line for line in printed if line.startswith("Chat page: ")).split()[2]
+    assert "?token=" in page_url
+    yield url, page_url
+    assert stop_serve(proc) == 0
+
+
+@pytest.fixture()
+def page():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context()
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        yield page
+        browser.close()
+        assert errors == []
+
+
+def test_pick_ask_stream_and_follow_up_with_cached_features(served, page, tmp_path):
+    from playwright.sync_api import expect
+
+    url, page_url = served
+    shot = tmp_path / "screen.png"
+    Image.new("RGB", (160, 120), (30, 140, 220)).save(shot)
+
+    page.goto(page_url)
+    expect(page.locator("#model")).not_to_have_text("")
+    assert "token=" not in page.url  # taken out of the address bar once read
+    page.set_input_files("#file", str(shot))
+    expect(page.locator("#preview")).to_be_visible()
+
+    page.fill("#question", "What is on this screen?")
+    page.get_by_role("button", name="Ask").click()
+    first = page.locator(".msg.assistant").nth(0)
+    expect(first).to_have_attribute("data-state", "done", timeout=60_000)
+    assert int(first.get_attribute("data-pieces")) > 1  # it arrived piece by piece
+    assert first.locator(".text").inner_text() != ""
+    expect(first.locator(".stats")).to_contain_text("first token")
+    expect(first).to_have_attribute("data-vision", "miss")
+    expect(first.locator(".vision")).to_have_text("features computed")
+
+    page.fill("#question", "And what colour is it?")
+    page.locator("#question").press("Enter")  # Enter sends, as in any chat
+    second = page.locator(".msg.assistant").nth(1)
+    expect(second).to_have_attribute("data-state", "done", timeout=60_000)
+    expect(second).to_have_attribute("data-vision", "hit")
+    expect(second.locator(".vision")).to_have_text("features cached ✓")
+    expect(second.locator(".stats")).to_contain_text("reused")  # prefill N tokens (M reused)
+
+
+def test_without_the_token_the_page_says_where_to_find_it(served, page):
+    url, _ = served
+    response = page.goto(url + "/")
+    assert response.status == 401
+    expect_text = page.locator("body").inner_text()
+    assert "qvl-agent serve" in expect_text
