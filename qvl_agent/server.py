@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from importlib import resources
 
@@ -62,8 +63,10 @@ def create_app(
     request_timeout_s: float = 300.0,
     pool_size: int = 8,
     allow_image_urls: bool = False,
+    on_ready: Callable[[], None] | None = None,
 ) -> FastAPI:
-    """The API app over `engine`. `token=None` disables authentication (the caller checks loopback)."""
+    """The API app over `engine`. `token=None` disables authentication (the caller checks loopback).
+    `on_ready` runs once the server accepts requests (`serve` prints its address then)."""
     model_id = model_id or settings.model
     aliases = {model_id, os.path.basename(model_id.rstrip("/")), engine.name}
     pool = SessionPool(pool_size)
@@ -83,6 +86,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        if on_ready is not None:
+            on_ready()
         yield
         scheduler.close()
         pool.close()

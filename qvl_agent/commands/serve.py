@@ -85,6 +85,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--timeout must be more than 0 seconds.")
     token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
     sock = _bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    base = f"http://{_browser_host(args.host)}:{port}"
+
+    def ready() -> None:
+        # Printed once uvicorn accepts requests (and handles Ctrl+C), so the address is live when seen.
+        print(token_note, flush=True)
+        print(f"OpenAI-compatible API: {base}/v1", flush=True)
+        print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
+
+    engine = None
     try:
         print(f"Loading {settings.model} ({settings.engine})...", file=sys.stderr, flush=True)
         engine = open_engine(settings)
@@ -97,20 +107,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             max_image_pixels=args.max_image_pixels,
             request_timeout_s=args.timeout,
             allow_image_urls=args.allow_image_urls,
+            on_ready=ready,
         )
-        port = sock.getsockname()[1]
-        base = f"http://{_browser_host(args.host)}:{port}"
-        print(token_note, flush=True)
-        print(f"OpenAI-compatible API: {base}/v1", flush=True)
-        print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-        try:
-            uvicorn.Server(config).run(sockets=[sock])
-        except KeyboardInterrupt:
-            pass  # uvicorn re-raises Ctrl+C after its graceful shutdown: stopping a server is success
-        finally:
-            engine.close()
-        print("Stopped.", file=sys.stderr, flush=True)
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises Ctrl+C after its graceful shutdown: stopping a server is success
     finally:
+        if engine is not None:
+            engine.close()
         sock.close()
+    print("Stopped.", file=sys.stderr, flush=True)
     return 0
