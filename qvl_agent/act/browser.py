@@ -371,6 +371,15 @@ class BrowserExecutor:
         elif isinstance(action, A.Wait):
             self.page.wait_for_timeout(action.seconds * 1000)
 
+    def aria_snapshot(self, limit: int = 12_000) -> str:
+        """The page's accessibility tree as Playwright's ARIA snapshot (YAML), cut to `limit` characters."""
+        self._check_alive()
+        try:
+            snapshot = self.page.locator("body").aria_snapshot()
+        except self._error_type as exc:
+            self._fail(exc)
+        return snapshot if len(snapshot) <= limit else snapshot[:limit] + "\n# ... (cut)"
+
     # --- the end state, for the export's final assertions -----------------------------------------------
 
     def _page_text(self) -> str:

@@ -1,0 +1,141 @@
+"""`qvl-agent playwright`: model-written scripts are checked by the policy, run only with --verify (in a
+fresh headless browser), and failures go back to the model. The model is a replay of recorded replies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.commands.playwright import extract_script, write_script
+from qvl_agent.engine.replay import ReplayEngine
+from tests.conftest import run_cli
+from tests.pages.helpers import CHROMIUM, write_replay
+from tests.pages.server import PageServer
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium at /usr/bin/chromium"),
+]
+
+SCRIPT = """```python
+import os
+from playwright.sync_api import sync_playwright, expect
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ.get("QVL_BROWSER") or None)
+    page = browser.new_page()
+    page.set_default_timeout(3000)
+    page.goto("{url}/login.html")
+    page.get_by_role("textbox", name="Username", exact=True).fill("grace")
+    page.get_by_role("textbox", name="Password", exact=True).fill("hopper")
+    page.get_by_role("button", name="{button}", exact=True).click()
+    expect(page.get_by_role("heading", name="Welcome, grace")).to_be_visible()
+    browser.close()
+```"""
+
+EVIL = """```python
+import os
+from playwright.sync_api import sync_playwright
+os.system("touch {marker}")
+```"""
+
+
+@pytest.fixture
+def server():
+    srv = PageServer().start()
+    yield srv
+    srv.stop()
+
+
+def test_verify_feeds_a_failing_script_back_and_keeps_the_one_that_passes(tmp_path, server):
+    marker = tmp_path / "evil-ran"
+    replies = [
+        EVIL.format(marker=marker),  # refused by the policy: never runs
+        SCRIPT.format(url=server.url, button="Log in"),  # no such button: fails verification
+        SCRIPT.format(url=server.url, button="Sign in"),
+    ]
+    replay = write_replay(tmp_path / "replies.json", replies)
+    out = tmp_path / "login.py"
+    result = run_cli(
+        "playwright",
+        "--url",
+        server.url + "/login.html",
+        "--engine",
+        f"replay:{replay}",
+        "--verify",
+        "-o",
+        str(out),
+        "Sign in as grace with password hopper",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")},
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "attempt 1: the safety policy refused it" in result.stderr
+    assert "os.system" in result.stderr
+    assert "attempt 2: running it failed" in result.stderr
+    assert "attempt 3: passed the policy and verification" in result.stderr
+    assert out.read_text() == extract_script(replies[2])
+    assert not marker.exists()
+    # Only the script that passed signed in, in its own browser.
+    assert server.records("login") == [{"username": "grace", "password": "hopper"}]
+
+
+def test_the_verification_error_goes_back_to_the_model(tmp_path, server):
+    replies = [
+        SCRIPT.format(url=server.url, button="Log in"),
+        SCRIPT.format(url=server.url, button="Sign in"),
+    ]
+    engine = ReplayEngine(replies)
+    shot = Screenshot(bytes(64 * 48 * 3), 64, 48, "RGB")
+    outcome = write_script(
+        engine,
+        shot,
+        url=server.url + "/login.html",
+        task="Sign in",
+        snapshot='- button "Sign in"',
+        viewport=(1280, 800),
+        attempts=2,
+        verify=True,
+        browser=CHROMIUM,
+        timeout_s=60,
+    )
+    assert outcome.ok
+    assert len(engine.requests) == 2
+    first, second = engine.requests
+    assert "Sign in" in first.text and first.image_hashes == [shot.content_hash]
+    assert "did not pass" in second.text and "Log in" in second.text  # Playwright's own error message
+    assert second.image_hashes == []
+
+
+def test_without_verify_nothing_runs_and_a_refused_script_is_never_written(tmp_path, server):
+    replay = write_replay(tmp_path / "r.json", [SCRIPT.format(url=server.url, button="Sign in")])
+    env = {"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "Sign in", env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert 'name="Sign in"' in result.stdout
+    assert "not run (use --verify)" in result.stderr
+    assert server.records("login") == []
+
+    marker = tmp_path / "evil-ran"
+    replay = write_replay(tmp_path / "r2.json", [EVIL.format(marker=marker)])
+    refused = run_cli(
+        "playwright",
+        "--url",
+        server.url + "/login.html",
+        "--engine",
+        f"replay:{replay}",
+        "--attempts",
+        "1",
+        "--verify",
+        "-o",
+        str(tmp_path / "x.py"),
+        "Sign in",
+        env=env,
+    )
+    assert refused.returncode == 1
+    assert "refused" in refused.stderr and "none was written" in refused.stderr
+    assert not (tmp_path / "x.py").exists() and not marker.exists()
