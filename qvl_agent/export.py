@@ -162,9 +162,6 @@ class _Compiler:
                 # Opening a select's popup is not a state change; choosing the option is, and comes later.
                 self.add(_Op([], target, "open-select", comment=note + " (opens the list)"))
             return
-        if kind == "left_click" and _is_text_field(before):
-            self.add(_Op([f"{code}.click()"], target, "click-field", comment=note))
-            return
         method = {
             "left_click": "click()",
             "right_click": 'click(button="right")',
@@ -172,7 +169,9 @@ class _Compiler:
             "double_click": "dblclick()",
             "triple_click": "click(click_count=3)",
         }[kind]
-        self.add(_Op([f"{code}.{method}"], target, "click", comment=note))
+        # A click into a text field (selecting its text included) is folded into a `fill` that follows.
+        field_click = kind in ("left_click", "double_click", "triple_click") and _is_text_field(before)
+        self.add(_Op([f"{code}.{method}"], target, "click-field" if field_click else "click", comment=note))
 
     def _fill(self, locator, code, value: str, note: str) -> None:
         target = _key_of(locator)

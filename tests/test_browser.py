@@ -321,3 +321,17 @@ def test_bad_usage_and_a_missing_browser_give_one_sentence(tmp_path, server):
         *base, "--url", "http://127.0.0.1:9/", "--trace-dir", str(tmp_path / "t2"), "Go", env=ENV
     )
     assert dead_url.returncode == 1 and "could not be opened" in dead_url.stderr
+
+
+@pytest.mark.display
+def test_headed_run_with_another_viewport_on_the_virtual_display(tmp_path, server, x_display):
+    url = server.url + "/moving.html"
+    viewport = (1024, 700)
+    at = element_centres(url, ["#go"], wait_for="body[data-moved]", viewport=viewport)
+    replies = [click_at(at["#go"]), call(action="terminate", status="success")]
+    result = browse(tmp_path, url, replies, "Subscribe", "--headed", "--viewport", "1024x700")
+    assert result.returncode == 0, result.stderr
+    assert server.records("moving") == [{"choice": "subscribe"}]
+    trace = read_trace(tmp_path / "trace")
+    assert trace.steps[0]["screen"]["width"] == 1024 and trace.steps[0]["screen"]["height"] == 700
+    assert 'VIEWPORT = {"width": 1024, "height": 700}' in exported(tmp_path)

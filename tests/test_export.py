@@ -54,6 +54,8 @@ def test_click_typing_and_editing_keys_become_one_fill_with_the_final_value():
     steps = [
         step("left_click", NAME, text(""), text(""), pixels=[[10, 10]]),
         step("type", NAME, text(""), text("Adaa"), text="Adaa"),
+        step("triple_click", NAME, text("Adaa"), text("Adaa"), pixels=[[10, 10]]),  # select all, retype
+        step("type", NAME, text("Adaa"), text("Adaa"), text="Adaa"),
         step("key", NAME, text("Adaa"), text("Ada"), keys="Backspace"),
         step("key", NAME, text("Ada"), text("Ada"), keys="Tab"),
     ]
