@@ -40,7 +40,8 @@ def visible_windows(display: str, pattern: str) -> list[str]:
 class Tray:
     """A running `qvl-agent tray` subprocess and its event file."""
 
-    def __init__(self, display: str, tmp: Path, replies: list[str], config_dir: Path | None = None):
+    def __init__(self, display: str, tmp: Path, replies: list[str], config_dir: Path | None = None,
+                 env: dict | None = None, args: list[str] | None = None):  # fmt: skip
         self.display = display
         self.events_path = tmp / "events.jsonl"
         replay = tmp / "replies.json"
@@ -48,11 +49,12 @@ class Tray:
         self.config_dir = config_dir or tmp / "config"
         self.env = dict(
             os.environ, DISPLAY=display, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
-            QVL_CONFIG_DIR=str(self.config_dir), QVL_TEST_EVENTS=str(self.events_path),
+            QVL_CONFIG_DIR=str(self.config_dir), QVL_TEST_EVENTS=str(self.events_path), **(env or {}),
         )  # fmt: skip
         self.env.pop("QT_QPA_PLATFORM", None)
+        args = ["--engine", f"replay:{replay}"] if args is None else args
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "qvl_agent", "tray", "--engine", f"replay:{replay}"],
+            [sys.executable, "-m", "qvl_agent", "tray", *args],
             env=self.env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
 
@@ -171,14 +173,9 @@ def test_hotkey_question_streamed_answer_and_quit_from_the_tray_menu(tray_factor
 
 def test_a_hotkey_before_the_model_is_ready_says_loading(tray_factory, tmp_path):
     # A model directory that is not there: the engine never becomes ready, the hotkey must not block.
-    tray = tray_factory([])
-    tray.stop()
-    tray.env["QVL_ENGINE"] = "local"
-    tray.env["QVL_MODEL"] = str(tmp_path / "no-such-model")
-    tray.proc = subprocess.Popen(
-        [sys.executable, "-m", "qvl_agent", "tray"], env=tray.env, cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    tray = tray_factory(
+        [], env={"QVL_ENGINE": "local", "QVL_MODEL": str(tmp_path / "no-such-model")}, args=[]
+    )
     tray.wait_event("started")
     t0 = time.time()
     xdo(tray.display, "key", "ctrl+alt+q")
@@ -234,3 +231,54 @@ def test_without_a_system_tray_a_launcher_window_stands_in(tmp_path):
         tray.stop()
         xvfb.terminate()
         xvfb.wait(10)
+
+
+def test_region_hotkey_drag_asks_about_just_that_region(tray_factory):
+    tray = tray_factory([REPLY])
+    tray.wait_event("engine_ready")
+    t0 = time.time()
+    xdo(tray.display, "mousemove", "400", "300")
+    xdo(tray.display, "key", "ctrl+alt+r")
+    tray.wait_event("region_overlay_shown", after=t0)
+    time.sleep(0.3)  # let the window manager map the full-screen overlay
+    xdo(tray.display, "mousemove", "400", "300")
+    xdo(tray.display, "mousedown", "1")
+    xdo(tray.display, "mousemove", "600", "400")
+    xdo(tray.display, "mousemove", "700", "450")
+    xdo(tray.display, "mouseup", "1")
+    shown = tray.wait_event("ask_window_shown", after=t0)
+    assert (shown["width"], shown["height"]) == (300, 150)
+    window = visible_windows(tray.display, ASK_TITLE)[0]
+    xdo(tray.display, "windowactivate", "--sync", window, check=False)
+    xdo(tray.display, "type", "--delay", "5", "What is here?")
+    xdo(tray.display, "key", "Return")
+    assert tray.wait_event("answer_done", after=t0)["text"] == REPLY
+    assert tray.cli("tray", "--send", "quit").returncode == 0
+    assert tray.proc.wait(20) == 0
+
+
+def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory):
+    click = json.dumps(
+        {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500]}}
+    )
+    done = json.dumps({"name": "computer_use", "arguments": {"action": "terminate", "status": "success"}})
+    # Auto mode: no yes/no dialog, the marker alone announces the click.
+    tray = tray_factory(
+        [f"<tool_call>{click}</tool_call>", f"<tool_call>{done}</tool_call>"], env={"QVL_SAFETY_MODE": "auto"}
+    )
+    tray.wait_event("engine_ready")
+    t0 = time.time()
+    assert tray.cli("tray", "--send", "task").returncode == 0
+    deadline = time.monotonic() + 10
+    while not (dialogs := visible_windows(tray.display, "^qvl-agent: run a task")):
+        assert time.monotonic() < deadline, "the task dialog did not open"
+        time.sleep(0.05)
+    xdo(tray.display, "windowactivate", "--sync", dialogs[0], check=False)
+    xdo(tray.display, "type", "--delay", "5", "Click the middle of the screen")
+    xdo(tray.display, "key", "Return")
+    marker = tray.wait_event("marker_shown", after=t0)
+    assert (marker["x"], marker["y"]) == (960, 540)
+    finished = tray.wait_event("automation_done", after=t0)
+    assert finished["status"] == "success", finished
+    assert tray.cli("tray", "--send", "quit").returncode == 0
+    assert tray.proc.wait(20) == 0

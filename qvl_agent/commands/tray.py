@@ -51,11 +51,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _send(config_dir, command: str) -> int:
-    from PySide6.QtCore import QCoreApplication
+    from qvl_agent.ui import instance  # PySide6 stays inside qvl_agent.ui
 
-    from qvl_agent.ui import instance
-
-    _app = QCoreApplication.instance() or QCoreApplication(["qvl-agent"])
     reply = instance.send(config_dir, command)
     if reply is None:
         raise UsageError("The tray app is not running for this user: start it with `qvl-agent tray`.")

@@ -79,6 +79,9 @@ class TrayApp(QObject):
         self.tray: QSystemTrayIcon | None = None
         self.launcher: Launcher | None = None
         self.listener = hk.HotkeyListener(settings.hotkeys, self)
+        self._progress = QTimer(self)
+        self._progress.timeout.connect(self._show_progress)
+        self._load_started = time.monotonic()
         self.automation = Automation(self.host, lambda: self.settings, self.emit_event, self)
         self.automation.finished.connect(self._automation_finished)
         self.scripts = ScriptFlow(self.host, lambda: self.settings, self.emit_event, self)
@@ -144,8 +147,19 @@ class TrayApp(QObject):
         self.load_engine()
 
     def load_engine(self) -> None:
+        """Load (or reload) the engine in the background; the tooltip counts the seconds meanwhile."""
         settings = self.settings
+        self._load_started = time.monotonic()
         self.host.load(lambda: open_engine(settings))
+        self._progress.start(1000)
+
+    def _show_progress(self) -> None:
+        if self.host.state != "loading":
+            self._progress.stop()
+            return
+        elapsed = time.monotonic() - self._load_started
+        what = self.settings.model if self.settings.engine == "local" else self.settings.engine
+        self._set_status(f"qvl-agent: loading {what} ({elapsed:.0f} s)…")
 
     def _report_tray_geometry(self, tries: int = 0) -> None:
         # The icon sits at (0, 0) until the tray has embedded it; report where it ends up.
@@ -244,6 +258,7 @@ class TrayApp(QObject):
         overlay = RegionOverlay(shot, screen)
         overlay.selected.connect(lambda region: self._region_chosen(shot, region, browser))
         overlay.cancelled.connect(self._restore_launcher)
+        self._overlay = overlay  # the only reference: without it Python would collect the window
         overlay.open()
         self.emit_event("region_overlay_shown")
 

@@ -66,6 +66,9 @@ class _Worker(QObject):
     @Slot(object)
     def load(self, factory: Callable[[], Engine]) -> None:
         self.loading.emit("Loading the model…")
+        if self.engine is not None:  # a reload (new model or device): free the old one first
+            self.engine.close()
+            self.engine = None
         start = time.perf_counter()
         try:
             engine = factory()
@@ -76,8 +79,6 @@ class _Worker(QObject):
             traceback.print_exc()
             self.failed.emit(f"The model could not be loaded: {exc}.")
             return
-        if self.engine is not None:
-            self.engine.close()
         self.engine = engine
         self.ready.emit(f"{engine.name} ready in {time.perf_counter() - start:.1f} s")
 

@@ -15,7 +15,7 @@ import hashlib
 import tempfile
 from pathlib import Path
 
-from PySide6.QtCore import QLockFile, QObject, QStandardPaths, Signal
+from PySide6.QtCore import QLockFile, QObject, QStandardPaths, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
 COMMANDS = ("ask", "region", "task", "settings", "quit", "ping")
@@ -84,11 +84,16 @@ class SingleInstance(QObject):
         conn.write(b"ok\n" if known else b"unknown\n")
         conn.flush()
         if known and word != "ping":
-            self.command.emit(word)
+            # Later, from the event loop: a command may open a modal dialog, and a nested event loop
+            # inside this socket's own handler would delete the socket under our feet when it closes.
+            QTimer.singleShot(0, lambda: self.command.emit(word))
 
 
 def send(config_dir: Path, command: str, timeout_ms: int = 3000) -> str | None:
     """Send one command to the running instance; its reply, or None when none is running."""
+    from PySide6.QtCore import QCoreApplication
+
+    _app = QCoreApplication.instance() or QCoreApplication(["qvl-agent"])  # QStandardPaths wants one
     path = str((runtime_dir() / instance_key(config_dir)).with_suffix(".sock"))
     sock = QLocalSocket()
     sock.connectToServer(path)
