@@ -81,7 +81,8 @@ def create_app(
             "qvl_queue_depth": ("Requests waiting for the generation thread.", lambda: scheduler.waiting),
             "qvl_generations_running": ("Generations in progress.", lambda: scheduler.running),
             "qvl_pooled_sessions": ("Idle sessions kept for reuse.", lambda: len(pool)),
-        }
+        },
+        _feature_cache_counters(engine),
     )
 
     @asynccontextmanager
@@ -333,6 +334,20 @@ async def _stream(
         reader.close()
         if not finished:
             job.cancel()
+
+
+def _feature_cache_counters(engine: Engine) -> dict:
+    """The local engine's own feature-cache lookups, when it has a cache (remote and replay do not)."""
+    cache = getattr(engine, "features", None)
+    if cache is None or not hasattr(cache, "hits"):
+        return {}
+    return {
+        "qvl_feature_cache_hits_total": ("Vision feature lookups served from the cache.", lambda: cache.hits),
+        "qvl_feature_cache_misses_total": (
+            "Vision feature lookups that ran the vision tower.",
+            lambda: cache.misses,
+        ),
+    }
 
 
 def _qvl(result: ChatResult) -> dict:

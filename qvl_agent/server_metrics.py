@@ -40,7 +40,11 @@ class Histogram:
 class Metrics:
     """What `GET /metrics` reports."""
 
-    def __init__(self, gauges: dict[str, tuple[str, Callable[[], float]]] | None = None):
+    def __init__(
+        self,
+        gauges: dict[str, tuple[str, Callable[[], float]]] | None = None,
+        counters: dict[str, tuple[str, Callable[[], float]]] | None = None,
+    ):
         self._lock = threading.Lock()
         self.requests: dict[tuple[str, int], int] = defaultdict(int)  # (endpoint, status) -> count
         self.latency = Histogram(LATENCY_BUCKETS)
@@ -53,6 +57,7 @@ class Metrics:
         self.cached_tokens = 0
         self.completion_tokens = 0
         self.gauges = gauges or {}
+        self.counters = counters or {}  # read from the engine at scrape time (its feature cache)
 
     def count_request(self, endpoint: str, status: int) -> None:
         with self._lock:
@@ -113,7 +118,8 @@ class Metrics:
             ):
                 family(name, "counter", help_text)
                 out.append(f"{name} {value}")
-        for name, (help_text, read) in self.gauges.items():
-            family(name, "gauge", help_text)
-            out.append(f"{name} {read():g}")
+        for kind, live in (("gauge", self.gauges), ("counter", self.counters)):
+            for name, (help_text, read) in live.items():
+                family(name, kind, help_text)
+                out.append(f"{name} {read():g}")
         return "\n".join(out) + "\n"

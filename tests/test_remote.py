@@ -88,7 +88,7 @@ def test_wrong_key_and_bad_url():
 def test_server_errors_carry_the_servers_message():
     with serve(ReplayEngine([])) as url:
         engine = RemoteEngine(url, api_key=TOKEN, model="served-model")
-        with pytest.raises(RemoteEngineError, match="answered 500: The replay engine .* no more recorded replies"):
+        with pytest.raises(RemoteEngineError, match="answered 500: The replay engine .* no more recorded"):
             engine.open_session().complete("hi")
         big = Screenshot(bytes(4) * (600 * 400), 600, 400, "BGRA")
     with serve(EchoEngine(), max_image_pixels=100_000) as url:

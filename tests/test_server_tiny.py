@@ -190,3 +190,5 @@ def test_32_concurrent_clients_get_their_own_answers(server):
     assert httpx.get(server + "/health").json()["status"] == "ok"
     metrics = httpx.get(server + "/metrics", headers=headers).text
     assert 'qvl_vision_features_total{result="hit"}' in metrics and "qvl_queue_depth 0" in metrics
+    hits = next(line for line in metrics.splitlines() if line.startswith("qvl_feature_cache_hits_total "))
+    assert float(hits.split()[1]) > 0  # the reference pass encoded every image; the loaded pass reused them
