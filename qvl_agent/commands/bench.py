@@ -1,0 +1,25 @@
+"""`qvl-agent bench`: time the resident engine against plain transformers on this machine."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmark the engine against plain transformers",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--model", help="model directory or id (default: random weights in the real 2B shape "
+                                   "on a GPU, the tiny shape on a CPU)")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--reps", type=int, default=5, help="runs per scenario; medians are reported")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args, settings) -> int:
+    from qvl_agent.engine import bench
+
+    report = bench.run(args.model, args.device, max(1, args.reps), log=lambda m: print(m, file=sys.stderr))
+    print(bench.format_table(report))
+    bench.main_json(report, args.json)
+    return 0

@@ -1,0 +1,287 @@
+"""Engine benchmark: the resident engine against the plain transformers pipeline, in one process.
+
+The baseline is what a person writes from the model card: PNG decode + the reference processor +
+`model.generate`. Both sides run the same model (the real Qwen3-VL-2B shape with random weights, or
+real weights from `--model`) on the same 1920x1080 UI-like screenshots, with fixed token counts
+(no early stop on random weights). Every figure is a median over `--reps` runs after a warm-up.
+
+Scenarios: (a) fresh screenshot + question -> first token; (b) follow-up on the same screenshot ->
+first token; (c) agent step on a changed screenshot with two earlier steps in context -> 30-token
+action; (d) decode tokens/s over 256 tokens; (e) start to ready.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.config import Settings
+from qvl_agent.engine.base import GenerationOptions
+from qvl_agent.engine.qwen3vl import Qwen3VLEngine, pick_device
+
+QUESTION = "What is on this screen, and where is the Save button?"
+FOLLOW_UP = "And what is the window's title?"
+
+
+def ui_screenshot(seed: int, width: int = 1920, height: int = 1080) -> Screenshot:
+    """A BGRA screenshot that looks like a desktop: panels, buttons, text-like strokes. `seed` moves
+    things around so each one is a different screen to the feature cache."""
+    rng = np.random.default_rng(seed)
+    img = np.full((height, width, 4), 236, np.uint8)
+    img[..., 3] = 0
+    img[:40] = (60, 48, 40, 0)  # title bar
+    for _ in range(14):  # panels and buttons
+        x, y = int(rng.integers(0, width - 300)), int(rng.integers(40, height - 120))
+        w, h = int(rng.integers(80, 300)), int(rng.integers(24, 120))
+        img[y:y + h, x:x + w, :3] = rng.integers(90, 250, 3)
+    for row in range(60, height, 22):  # lines of "text"
+        for x in range(int(rng.integers(10, 60)), width - 40, int(rng.integers(9, 14))):
+            if rng.random() < 0.7:
+                img[row:row + 10, x:x + 6, :3] = rng.integers(10, 80)
+    return Screenshot(img.tobytes(), width, height, "BGRA", source=f"bench-{seed}")
+
+
+def png_bytes(shot: Screenshot) -> bytes:
+    buf = io.BytesIO()
+    shot.to_pil().save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@dataclass
+class Result:
+    name: str
+    engine: list[float] = field(default_factory=list)
+    baseline: list[float] = field(default_factory=list)
+    unit: str = "ms"
+    higher_is_better: bool = False
+
+    def row(self) -> dict:
+        e = statistics.median(self.engine) if self.engine else float("nan")
+        b = statistics.median(self.baseline) if self.baseline else float("nan")
+        speedup = (e / b) if self.higher_is_better else (b / e)
+        return {"scenario": self.name, "unit": self.unit, "engine": round(e, 2), "baseline": round(b, 2),
+                "speedup": round(speedup, 2), "engine_runs": [round(v, 2) for v in self.engine],
+                "baseline_runs": [round(v, 2) for v in self.baseline]}
+
+
+class Baseline:
+    """The plain transformers pipeline, as on the model card."""
+
+    def __init__(self, model, processor, device):
+        self.model, self.processor, self.device = model, processor, device
+
+    def _inputs(self, turns: list[tuple[bytes | None, str, str | None]]):
+        from PIL import Image
+
+        messages, images = [], []
+        for png, text, reply in turns:
+            content = []
+            if png is not None:
+                images.append(Image.open(io.BytesIO(png)).convert("RGB"))
+                content.append({"type": "image"})
+            content.append({"type": "text", "text": text})
+            messages.append({"role": "user", "content": content})
+            if reply is not None:
+                messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
+        prompt = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.processor(text=[prompt], images=images or None, return_tensors="pt").to(self.device)
+
+    @torch.inference_mode()
+    def generate(self, turns, new_tokens: int) -> tuple[float, torch.Tensor]:
+        """Seconds from PNG bytes to `new_tokens` tokens, and the generated ids."""
+        start = time.perf_counter()
+        inputs = self._inputs(turns)
+        self.model.model.rope_deltas = None
+        out = self.model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+        _sync(self.device)
+        return time.perf_counter() - start, out[0, inputs["input_ids"].shape[1]:]
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _first_token_ms(session, text, images=(), new_tokens: int = 1) -> float:
+    start = time.perf_counter()
+    for _ in session.ask(text, images, GenerationOptions(max_new_tokens=new_tokens, min_new_tokens=new_tokens)):
+        break
+    elapsed = (time.perf_counter() - start) * 1000
+    session.cancel()
+    return elapsed
+
+
+def _timed(session, text, images, new_tokens) -> float:
+    start = time.perf_counter()
+    session.complete(text, images, GenerationOptions(max_new_tokens=new_tokens, min_new_tokens=new_tokens))
+    return (time.perf_counter() - start) * 1000
+
+
+def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
+    """Save a random-weight model of `shape`, initialised on the device (fast even for 2B)."""
+    from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
+
+    from qvl_agent.engine import model_factory as mf
+
+    processor = mf.build_processor()
+    config = {"tiny": mf.tiny_config, "2b": mf.qwen3vl_2b_config}[shape](processor.tokenizer)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3VLForConditionalGeneration(config).to(dtype)
+    ids = mf._token_ids(processor.tokenizer)
+    model.generation_config = GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"], do_sample=False)
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    del model
+    return path
+
+
+def run(model: str | None, device: str, reps: int, log=print) -> dict:
+    dev = pick_device(device)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    tmp = None
+    if model is None:
+        tmp = tempfile.TemporaryDirectory(prefix="qvl-bench-")
+        shape = "2b" if dev.type == "cuda" else "tiny"
+        log(f"building a random Qwen3-VL ({shape} shape) in {tmp.name}")
+        model = str(build_model_dir(shape, Path(tmp.name), dev))
+    results: dict[str, Result] = {}
+
+    # (e) start to ready: load + warm-up (CUDA graphs) for the engine, load for the baseline.
+    t0 = time.perf_counter()
+    engine = Qwen3VLEngine.load(model, device=str(dev), settings=Settings(feature_cache_mb=4096))
+    _sync(dev)
+    ready_s = time.perf_counter() - t0
+    log(f"engine ready in {ready_s:.1f} s; CUDA graphs: {'on' if engine.fast else 'off ' + engine.fast_problem}")
+    t0 = time.perf_counter()
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+
+    base_model = Qwen3VLForConditionalGeneration.from_pretrained(
+        model, dtype=engine.dtype, attn_implementation="sdpa").to(dev).eval()
+    base = Baseline(base_model, AutoProcessor.from_pretrained(model), dev)
+    _sync(dev)
+    results["e"] = Result("(e) start to ready", [ready_s], [time.perf_counter() - t0], unit="s")
+
+    shots = [ui_screenshot(i) for i in range(4 * reps + 8)]
+    pngs = [png_bytes(s) for s in shots]
+    nxt = iter(range(len(shots)))
+
+    def fresh():
+        i = next(nxt)
+        return shots[i], pngs[i]
+
+    # Warm both paths once on their own screenshots.
+    s0, p0 = fresh()
+    _first_token_ms(engine.open_session([s0]), QUESTION)
+    base.generate([(p0, QUESTION, None)], 1)
+
+    a = results["a"] = Result("(a) fresh screenshot -> first token")
+    b = results["b"] = Result("(b) follow-up -> first token")
+    parts: dict[str, list[float]] = {"preprocess_ms": [], "vision_ms": [], "a_prefill_tokens": [],
+                                     "b_prefill_tokens": []}
+    for _ in range(reps):
+        shot, png = fresh()
+        session = engine.open_session([shot])
+        a.engine.append(_first_token_ms(session, QUESTION))
+        stats = session.last_stats
+        b.engine.append(_first_token_ms(session, FOLLOW_UP))
+        if stats:
+            parts["preprocess_ms"].append(stats.preprocess_ms)
+            parts["vision_ms"].append(stats.vision_ms)
+            parts["a_prefill_tokens"].append(stats.prefill_tokens)
+        if session.last_stats:
+            parts["b_prefill_tokens"].append(session.last_stats.prefill_tokens)
+        a.baseline.append(base.generate([(png, QUESTION, None)], 1)[0] * 1000)
+        reply = session.turns[0].reply
+        b.baseline.append(base.generate([(png, QUESTION, reply), (None, FOLLOW_UP, None)], 1)[0] * 1000)
+
+    c = results["c"] = Result("(c) agent step, changed screen, 2 steps in context -> 30 tokens")
+    for _ in range(reps):
+        steps = [fresh() for _ in range(3)]
+        session = engine.open_session()
+        history = []
+        for i, (shot, png) in enumerate(steps[:2]):
+            text = f"Step {i + 1}: click the next button."
+            session.complete(text, [shot], GenerationOptions(max_new_tokens=30, min_new_tokens=30))
+            history.append((png, text, session.turns[-1].reply))
+        c.engine.append(_timed(session, "Step 3: what next?", [steps[2][0]], 30))
+        c.baseline.append(base.generate(history + [(steps[2][1], "Step 3: what next?", None)], 30)[0] * 1000)
+
+    d = results["d"] = Result("(d) decode tokens/s over 256 tokens", unit="tok/s", higher_is_better=True)
+    shot, png = fresh()
+    for _ in range(max(2, reps // 2)):
+        session = engine.open_session([shot])
+        session.complete(QUESTION, options=GenerationOptions(max_new_tokens=256, min_new_tokens=256))
+        d.engine.append(session.last_stats.decode_tokens_per_s)
+        t1, _ = base.generate([(png, QUESTION, None)], 1)
+        t256, _ = base.generate([(png, QUESTION, None)], 256)
+        d.baseline.append(255 / (t256 - t1))
+
+    # Correctness: greedy tokens of the fast path against generate on the same prompt.
+    shot, png = fresh()
+    session = engine.open_session([shot])
+    session.complete(QUESTION, options=GenerationOptions(max_new_tokens=32, min_new_tokens=32))
+    fast_ids = session.context.ids[session.last_stats.prompt_tokens:]
+    _, ref_ids = base.generate([(png, QUESTION, None)], 32)
+    ref_ids = ref_ids.tolist()
+    logits = []
+    hook = engine.model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o[0, -1].float().clone()))
+    engine.open_session([shot]).complete(QUESTION, options=GenerationOptions(max_new_tokens=1, min_new_tokens=1))
+    hook.remove()
+    with torch.inference_mode():
+        base.model.model.rope_deltas = None
+        ref_logits = base.model(**base._inputs([(png, QUESTION, None)])).logits[0, -1].float()
+    logit_diff = (logits[0] - ref_logits).abs().max().item()
+    agree = next((i for i, (x, y) in enumerate(zip(fast_ids, ref_ids)) if x != y), min(len(fast_ids), len(ref_ids)))
+
+    report = {
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "model": "random weights, " + ("Qwen3-VL-2B shape" if tmp and dev.type == "cuda" else "tiny shape")
+        if tmp else model,
+        "cuda_graphs": bool(engine.fast),
+        "cuda_graphs_problem": engine.fast_problem,
+        "rows": [r.row() for r in results.values()],
+        "greedy_tokens_agreeing_with_generate": f"{agree}/{len(ref_ids)}",
+        "first_token_max_abs_logit_diff": round(logit_diff, 5),
+        "first_token_logit_scale": round(ref_logits.abs().max().item(), 3),
+        "engine_breakdown_medians": {k: round(statistics.median(v), 2) for k, v in parts.items() if v},
+        "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None,
+    }
+    if tmp:
+        tmp.cleanup()
+    return report
+
+
+def format_table(report: dict) -> str:
+    lines = [
+        f"device: {report['device']}  torch {report['torch']}  model: {report['model']}  "
+        f"CUDA graphs: {report['cuda_graphs']} {report['cuda_graphs_problem']}",
+        f"{'scenario':66} {'engine':>10} {'baseline':>10} {'speedup':>8}",
+    ]
+    for r in report["rows"]:
+        lines.append(f"{r['scenario']:66} {r['engine']:>8} {r['unit']:<3}{r['baseline']:>8} {r['unit']:<3}"
+                     f"{r['speedup']:>6}x")
+    lines.append(f"greedy tokens agreeing with generate: {report['greedy_tokens_agreeing_with_generate']}; "
+                 f"first-token max |logit diff| {report['first_token_max_abs_logit_diff']} "
+                 f"(logits up to {report['first_token_logit_scale']})")
+    lines.append(f"engine breakdown (medians): {report['engine_breakdown_medians']}")
+    if report["peak_gpu_memory_gib"] is not None:
+        lines.append(f"peak GPU memory: {report['peak_gpu_memory_gib']} GiB")
+    return "\n".join(lines)
+
+
+def main_json(report: dict, path: str | None) -> None:
+    if path:
+        Path(path).write_text(json.dumps(report, indent=2) + "\n")
