@@ -1,11 +1,10 @@
 """The ask window's Playwright script button: the model reads the address, the person confirms it, the
-request runs in a real headless Chromium against a page served on 127.0.0.1, and the script it writes
-replays the run with plain `python`."""
+model writes a script for the page served on 127.0.0.1 (as `qvl-agent playwright --verify` does), the
+policy and a real headless Chromium check it, and the accepted script is saved and opened."""
 
 from __future__ import annotations
 
 import http.server
-import json
 import os
 import shutil
 import subprocess
@@ -46,15 +45,22 @@ def site(tmp_path):
     server.server_close()
 
 
-def call(action: str, **args) -> str:
-    return (
-        "<tool_call>"
-        + json.dumps({"name": "computer_use", "arguments": {"action": action, **args}})
-        + "</tool_call>"
-    )
+SCRIPT = """```python
+import os
+from playwright.sync_api import sync_playwright, expect
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ.get("QVL_BROWSER") or None)
+    page = browser.new_page()
+    page.set_default_timeout(5000)
+    page.goto("{url}")
+    page.get_by_role("button", name="{button}", exact=True).click()
+    expect(page.get_by_role("button", name="Order placed")).to_be_visible()
+    browser.close()
+```"""
 
 
-def test_url_is_read_confirmed_and_the_run_becomes_a_replayable_script(qtbot, site, tmp_path):
+def test_url_is_read_confirmed_and_a_verified_script_is_saved_and_opened(qtbot, site, tmp_path):
     if not shutil.which("chromium") and not os.environ.get("QVL_BROWSER"):
         pytest.skip("needs Chromium (scripts/setup installs it)")
     from qvl_agent.config import Settings
@@ -66,8 +72,8 @@ def test_url_is_read_confirmed_and_the_run_becomes_a_replayable_script(qtbot, si
 
     engine = ReplayEngine([
         f"The address bar shows {site}.",
-        call("left_click", coordinate=[500, 500]),
-        call("terminate", status="success"),
+        SCRIPT.format(url=site, button="Order now"),  # no such button: verification fails, goes back
+        SCRIPT.format(url=site, button="Place order"),
     ])  # fmt: skip
     host = EngineHost()
     events, guesses, opened = [], [], []
@@ -76,7 +82,7 @@ def test_url_is_read_confirmed_and_the_run_becomes_a_replayable_script(qtbot, si
             host.load(lambda: engine)
         flow = ScriptFlow(
             host, lambda: Settings(), lambda name, **d: events.append((name, d)),
-            script_dir=tmp_path / "scripts", trace_root=tmp_path / "runs",
+            script_dir=tmp_path / "scripts",
             confirm_url=lambda guess, _w: guesses.append(guess) or guess, open_file=opened.append,
         )  # fmt: skip
         shot = Screenshot(bytes(4 * 64 * 48), 64, 48, "BGRA", source="test")
@@ -86,18 +92,19 @@ def test_url_is_read_confirmed_and_the_run_becomes_a_replayable_script(qtbot, si
         host.close()
     assert guesses == [site]  # the person saw the address the model read
     assert "Wrote the Playwright script" in done.args[0], done.args[0]
+    assert "attempt 1: running it failed" in done.args[0]
+    assert "attempt 2: passed the policy and verification" in done.args[0]
     script = opened[0]
-    source = script.read_text()
-    assert site in source and "qvl_agent" not in source
-    # The script replays the run without the model, in a fresh browser.
+    assert script.read_text().count('name="Place order"') == 1
+    # The saved script runs again with plain python and reaches the same end state.
     env = dict(os.environ, QVL_BROWSER=os.environ.get("QVL_BROWSER") or shutil.which("chromium"))
     replay = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env
     )
     assert replay.returncode == 0, replay.stdout + replay.stderr
-    # Only one image was sent with the address question, and the browser run used the browser prompt.
-    assert len(engine.requests[0].image_hashes) == 1
-    assert engine.requests[1].system and engine.requests[1].system != engine.requests[0].system
+    # The address question and the script request each carried one screenshot: the screen, then the page.
+    assert [len(r.image_hashes) for r in engine.requests] == [1, 1, 0]
+    assert ("playwright_script", {"path": str(script)}) in events
 
 
 def test_no_address_means_no_run(qtbot, tmp_path):

@@ -1,13 +1,14 @@
-"""The ask window's "Playwright script" button: from a browser on screen to a replayable script.
+"""The ask window's "Playwright script" button: from a browser on screen to a checked, verified script.
 
 1. The model reads the page's address from the screenshot (prompt `read_url`), on the engine thread.
 2. The person confirms or corrects the address (a misread URL must not go unnoticed).
-3. The request runs as `qvl-agent browse --export` does: the agent in a fresh headless Chromium with the
-   browser prompt, each click resolved to a locator, and the successful run compiled into a standalone
-   Playwright script, which is then opened.
+3. What `qvl-agent playwright --url URL --verify TASK` does: a headless Chromium looks at the page once
+   (screenshot and accessibility snapshot), the model writes a script, the script policy checks it, it runs
+   in a sandboxed subprocess with its own fresh browser, failures go back to the model a few times. The
+   accepted script is saved and opened.
 
-Nothing on the desktop is touched: the run happens in its own browser profile. The Playwright sync API
-is bound to one thread, so the browser is started, used and closed inside one engine-thread job.
+Nothing on the desktop is touched. The Playwright sync API is bound to one thread, so the browser is
+started, used and closed inside one engine-thread job.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from qvl_agent import prompts
 from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import GenerationOptions
-from qvl_agent.errors import QvlError
 from qvl_agent.ui.engine_worker import EngineHost
 
+ATTEMPTS = 3  # scripts the model may write before giving up, as `qvl-agent playwright` defaults to
+VERIFY_TIMEOUT_S = 60
 URL_RE = re.compile(r"(?:https?|file)://[^\s<>\"'`)\]]+")
 
 
@@ -56,14 +58,12 @@ class ScriptFlow(QObject):
         emit_event: Callable[..., None],
         parent: QObject | None = None,
         script_dir: Path | None = None,
-        trace_root: Path | None = None,
         confirm_url: Callable[[str, QWidget | None], str | None] | None = None,
         open_file: Callable[[Path], None] | None = None,
     ) -> None:
         super().__init__(parent)
         self.host, self.settings, self.emit_event = host, settings, emit_event
         self.script_dir = script_dir
-        self.trace_root = trace_root  # None: where `qvl-agent browse` keeps its traces
         self.confirm_url = confirm_url or ask_for_url
         self.open_file = open_file or (lambda path: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
         self._pending: dict[int, tuple[str, str, QWidget | None]] = {}  # request -> (stage, task, window)
@@ -114,23 +114,20 @@ class ScriptFlow(QObject):
         root = self.script_dir or default_script_dir()
         path = root / f"qvl-{time.strftime('%Y%m%d-%H%M%S')}.py"
         settings = self.settings()
-        trace_root = self.trace_root
-        self._say(window, f"Working in a headless browser on {url}…")
+        self._say(window, f"Writing and verifying a script for {url}…")
         self.emit_event("playwright_started", url=url, task=task)
-        request = self.host.call(
-            lambda engine: browse_and_export(engine, settings, url, task, path, trace_root)
-        )
+        request = self.host.call(lambda engine: generate_script(engine, settings, url, task, path))
         self._pending[request] = ("run", task, window)
 
     def _got_script(self, value, window: QWidget | None) -> None:
-        path, status, message = value
+        path, summary = value
         if path is None:
-            self._end(window, f"No Playwright script: the browser run ended with {status}. {message}")
+            self._end(window, f"No Playwright script passed its checks ({summary}).")
             return
         self.emit_event("playwright_script", path=str(path))
         self.written.emit(str(path))
         self.open_file(Path(path))
-        self._end(window, f"Wrote the Playwright script {path}; run it with: python {path}")
+        self._end(window, f"Wrote the Playwright script {path} ({summary}); run it with: python {path}")
 
     def _say(self, window: QWidget | None, text: str) -> None:
         status = getattr(window, "status", None)
@@ -151,42 +148,26 @@ def ask_for_url(guess: str, parent: QWidget | None) -> str | None:
     return text.strip() if ok else None
 
 
-def browse_and_export(
-    engine, settings: Settings, url: str, task: str, path: Path, trace_root: Path | None = None
-):
-    """What `qvl-agent browse --export` does, on the calling (engine) thread.
-    Returns (script path or None, run status, message)."""
+def generate_script(engine, settings: Settings, url: str, task: str, path: Path, attempts: int = ATTEMPTS):
+    """`qvl-agent playwright --verify` on the calling (engine) thread: (path or None, one-line summary)."""
     from qvl_agent.act.browser import BrowserExecutor
-    from qvl_agent.act.guard import Guard
-    from qvl_agent.agent import Agent
-    from qvl_agent.commands.run import default_trace_dir
-    from qvl_agent.export import export_trace, write_browser_info
-    from qvl_agent.trace import TraceWriter
+    from qvl_agent.commands.playwright import write_script
 
-    trace_dir = default_trace_dir()
-    if trace_root is not None:
-        trace_dir = trace_root / trace_dir.name
-    trace = TraceWriter(trace_dir)
-    executor = None
+    executor = BrowserExecutor(url, configured_browser=settings.browser, headless=True)
     try:
-        executor = BrowserExecutor(url, configured_browser=settings.browser, headless=True)
-        write_browser_info(trace_dir, url, executor.viewport)
-        agent = Agent(engine, executor, Guard(mode="auto"), trace, prompt_name="browser",
-                      options=GenerationOptions(max_new_tokens=settings.max_new_tokens))  # fmt: skip
-        result = agent.run(task)
-        final = None
-        if result.ok:
-            try:
-                final = executor.final_state()
-            except QvlError:
-                final = None
-        write_browser_info(trace_dir, url, executor.viewport, final)
+        shot = executor.observe()
+        snapshot = executor.aria_snapshot()
+        browser, viewport = executor.executable, executor.viewport
     finally:
-        if executor is not None:
-            executor.close()
-        trace.close()
-    if not result.ok:
-        return None, result.status, result.message
+        executor.close()
+    outcome = write_script(
+        engine, shot, url=url, task=task, snapshot=snapshot, viewport=viewport, attempts=attempts,
+        verify=True, browser=browser, timeout_s=VERIFY_TIMEOUT_S,
+        options=GenerationOptions(max_new_tokens=max(settings.max_new_tokens, 2048)),
+    )  # fmt: skip
+    summary = "; ".join(outcome.attempts)
+    if not outcome.ok:
+        return None, summary
     path.parent.mkdir(parents=True, exist_ok=True)
-    export_trace(trace_dir, path)
-    return path, result.status, result.message
+    path.write_text(outcome.script, encoding="utf-8")
+    return path, summary
