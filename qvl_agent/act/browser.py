@@ -174,6 +174,7 @@ class BrowserExecutor:
         self._inflight: set = set()
         self._dead = ""  # why the browser or page cannot be used any more
         self._page_closed = False
+        self._watched: list = []
         self._failed_navigation = ""
         self._touched: list[Located] = []
         self._text_before_last_click: str | None = None
@@ -209,6 +210,9 @@ class BrowserExecutor:
         self._dead = self._dead or why
 
     def _watch(self, page) -> None:
+        if any(page is seen for seen in self._watched):
+            return  # the context's "page" event also reports the first page
+        self._watched.append(page)
         page.on("crash", lambda _p: self._mark_dead("The page crashed during the run."))
         page.on("close", lambda p: self._on_close(p))
         page.on("dialog", lambda d: d.accept())  # an alert would block every later action
