@@ -282,3 +282,40 @@ def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory)
     assert finished["status"] == "success", finished
     assert tray.cli("tray", "--send", "quit").returncode == 0
     assert tray.proc.wait(20) == 0
+
+
+@pytest.mark.browser
+def test_with_a_browser_focused_the_ask_window_offers_a_playwright_script(tray_factory, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("needs Chromium (scripts/setup installs it)")
+    tray = tray_factory([REPLY])
+    tray.wait_event("engine_ready")
+    browser = subprocess.Popen(
+        [chromium, "--no-sandbox", f"--user-data-dir={tmp_path / 'profile'}", "--no-first-run",
+         "--disable-gpu", "--disable-background-networking", "about:blank"],
+        env=dict(os.environ, DISPLAY=tray.display), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not (windows := xdo(tray.display, "search", "--onlyvisible", "--class", "chromium", check=False)
+                   .stdout.split()):  # fmt: skip
+            assert time.monotonic() < deadline, "Chromium did not open a window"
+            time.sleep(0.1)
+        xdo(tray.display, "windowactivate", "--sync", windows[-1], check=False)
+        time.sleep(0.3)
+        t0 = time.time()
+        xdo(tray.display, "key", "ctrl+alt+q")
+        assert tray.wait_event("ask_window_shown", after=t0)["browser"] is True
+        xdo(tray.display, "key", "Escape")
+        tray.wait_event("ask_window_closed", after=t0)
+    finally:
+        browser.terminate()
+        browser.wait(10)
+    # Without a browser in focus the button is not offered.
+    time.sleep(0.5)
+    t1 = time.time()
+    xdo(tray.display, "key", "ctrl+alt+q")
+    assert tray.wait_event("ask_window_shown", after=t1)["browser"] is False
+    assert tray.cli("tray", "--send", "quit").returncode == 0
+    assert tray.proc.wait(20) == 0

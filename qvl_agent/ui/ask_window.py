@@ -85,6 +85,7 @@ class AskWindow(QWidget):
         self._render_pending = False
         self.last_answer = ""
         self.last_question = ""
+        self.browser_on_screen = browser_on_screen
         self._build(browser_on_screen)
         host.piece.connect(self._on_piece)
         host.answered.connect(self._on_answered)
@@ -262,7 +263,9 @@ class AskWindow(QWidget):
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt naming)
         super().showEvent(event)
-        self._emit("ask_window_shown", width=self.shot.width, height=self.shot.height)
+        self._emit(
+            "ask_window_shown", width=self.shot.width, height=self.shot.height, browser=self.browser_on_screen
+        )
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.conversation.cancel()
