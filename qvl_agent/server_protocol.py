@@ -155,7 +155,14 @@ class ImageDecoder:
             with Image.open(io.BytesIO(data)) as probe:
                 width, height = probe.size
                 fmt = probe.format
-        except Exception:
+        except Image.DecompressionBombError:
+            raise ApiError(
+                413,
+                f"The {name} has too many pixels to decode safely; send a smaller one.",
+                param=param,
+                code="image_too_large",
+            ) from None
+        except Exception:  # not an image at all: load_image_bytes below words the error
             width = height = 0
             fmt = None
         if width * height > self.max_pixels:

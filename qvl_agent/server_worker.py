@@ -62,6 +62,7 @@ class Scheduler:
         self._waiting = 0
         self._running = 0
         self._avg_job_s = 1.0  # moving average, for Retry-After
+        self._current: Job | None = None
         self._thread = threading.Thread(target=self._loop, name="qvl-generation", daemon=True)
         self._thread.start()
 
@@ -94,6 +95,7 @@ class Scheduler:
             with self._lock:
                 self._waiting -= 1
                 self._running += 1
+                self._current = job
             start = time.perf_counter()
             try:
                 if job.cancelled:
@@ -106,9 +108,25 @@ class Scheduler:
                 elapsed = time.perf_counter() - start
                 with self._lock:
                     self._running -= 1
+                    self._current = None
                     self._avg_job_s = 0.8 * self._avg_job_s + 0.2 * elapsed
 
     def close(self, timeout: float = 5.0) -> None:
+        """Cancel what is running and waiting, then stop the thread."""
+        with self._lock:
+            current = self._current
+        if current is not None:
+            current.cancel()
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                with self._lock:
+                    self._waiting -= 1
+                job.cancel()
+                job.emit("error", GenerationCancelled("The server is shutting down."))
         self._queue.put(None)
         self._thread.join(timeout)
 

@@ -1,0 +1,74 @@
+"""Pure pieces of the server: request parsing into turns, the content fingerprint, the stop filter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from qvl_agent.capture import Screenshot
+from qvl_agent.server_pool import fingerprint
+from qvl_agent.server_protocol import ApiError, ImageDecoder, parse_chat_request
+from qvl_agent.server_worker import StopFilter
+
+
+def parse(body: dict, max_tokens: int = 64):
+    return parse_chat_request(json.dumps(body).encode(), ImageDecoder(1_000_000), max_tokens)
+
+
+def test_messages_become_history_turns_and_a_last_question():
+    chat = parse(
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "first"},
+                {"role": "user", "content": [{"type": "text", "text": "second part"}]},
+                {"role": "assistant", "content": "reply one"},
+                {"role": "user", "content": "now this"},
+            ],
+            "max_tokens": 7,
+            "temperature": 0.5,
+            "stop": "END",
+        }
+    )
+    assert chat.system == "Be brief."
+    assert [(t.text, t.reply) for t in chat.history] == [("first\nsecond part", "reply one")]
+    assert chat.text == "now this" and chat.images == ()
+    assert chat.options.max_new_tokens == 7 and chat.options.temperature == 0.5 and chat.stop == ("END",)
+    assert parse({"messages": [{"role": "user", "content": "x"}]}).options.max_new_tokens == 64
+
+
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0]"),
+    ],
+)
+def test_bad_fields_name_the_parameter(body, param):
+    with pytest.raises(ApiError) as err:
+        parse(body)
+    assert err.value.status == 400 and err.value.param == param
+
+
+def test_fingerprint_covers_text_images_replies_and_shape():
+    a = Screenshot(bytes(12), 2, 2, "RGB")
+    b = Screenshot(bytes(12), 4, 1, "RGB")  # the same bytes in another shape is another image
+    base = fingerprint("sys", [("q", [a], "r")])
+    assert base == fingerprint("sys", [("q", [Screenshot(bytes(12), 2, 2, "RGB")], "r")])
+    assert base != fingerprint("sys", [("q", [b], "r")])
+    assert base != fingerprint("sys", [("q", [a], "r2")])
+    assert base != fingerprint(None, [("q", [a], "r")])
+    assert base != fingerprint("sys", [("q", [], "r")])
+
+
+def test_stop_filter_holds_back_a_stop_string_split_across_pieces():
+    f = StopFilter(("</end>",))
+    out = [f.feed(p) for p in ["Hello", " wor", "ld</e", "nd> more"]]
+    assert "".join(out) == "Hello world" and f.stopped
+    g = StopFilter(("</end>",))
+    assert "".join(g.feed(p) for p in ["a</e", "x b"]) + g.flush() == "a</ex b" and not g.stopped
