@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 
 INTERACTIVE = "button,a[href],input,select,textarea,[role],label,summary,[contenteditable]"
 MAX_TEXT = 80  # longer texts make brittle locators
-# A click on a canvas means a spot on it, and one on the bare page means nothing in particular: the
-# element would be replayed at its centre, so these stay points.
-POINT_ONLY = ("canvas", "html", "body")
+# A click on a canvas means a spot on it, one on the bare page means nothing in particular, and one on
+# an (i)frame lands on a document this resolver does not enter: replaying the element would click its
+# centre, so these stay points.
+POINT_ONLY = ("canvas", "html", "body", "iframe", "frame", "embed", "object")
 
 # Returns the target element (or null) for a point: the interactive ancestor of what is under it, and a
 # label replaced by its control so that clicking "Remember me" resolves to the checkbox.
