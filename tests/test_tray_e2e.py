@@ -319,3 +319,23 @@ def test_with_a_browser_focused_the_ask_window_offers_a_playwright_script(tray_f
     assert tray.wait_event("ask_window_shown", after=t1)["browser"] is False
     assert tray.cli("tray", "--send", "quit").returncode == 0
     assert tray.proc.wait(20) == 0
+
+
+def test_without_a_display_the_tray_says_why_and_send_finds_nothing_running(tmp_path):
+    from tests.conftest import run_cli
+
+    env = {"DISPLAY": "", "WAYLAND_DISPLAY": "", "QVL_CONFIG_DIR": str(tmp_path / "config")}
+    out = run_cli("tray", "--engine", "replay:/nonexistent.json", env=env)
+    assert out.returncode == 2
+    assert "DISPLAY is not set" in out.stderr and "Traceback" not in out.stderr
+    out = run_cli("tray", "--send", "bogus", env=env)
+    assert out.returncode == 2 and "invalid choice" in out.stderr
+
+
+@pytest.mark.display
+def test_send_without_a_running_tray_says_so(x_display, tmp_path):
+    from tests.conftest import run_cli
+
+    out = run_cli("tray", "--send", "ask", env={"DISPLAY": x_display, "QVL_CONFIG_DIR": str(tmp_path / "c")})
+    assert out.returncode == 2
+    assert "not running" in out.stderr and "Traceback" not in out.stderr

@@ -51,11 +51,11 @@ class _Ask(QObject):
         self._handler = handler
         self.request.connect(self._handle)
 
-    def __call__(self, **data) -> object:
+    def __call__(self, timeout_s: float | None = None, **data) -> object:
         done = threading.Event()
         box = {"data": data, "done": done, "result": None}
         self.request.emit(box)
-        done.wait()
+        done.wait(timeout_s)  # a GUI that is quitting must not leave the engine thread waiting forever
         return box["result"]
 
     @Slot(object)
@@ -183,7 +183,7 @@ class Automation(QObject):
     def _on_agent_event(self, event) -> None:
         if event.kind == "action" and event.pixels and not isinstance(event.action, A.FINAL_ACTIONS):
             x, y = event.pixels[0]
-            self._marker(x=x, y=y, label=describe_pixels(event.action, list(event.pixels)))
+            self._marker(timeout_s=10, x=x, y=y, label=describe_pixels(event.action, list(event.pixels)))
 
     def _show_marker(self, box: dict) -> None:
         x, y, label = box["data"]["x"], box["data"]["y"], box["data"]["label"]
