@@ -123,6 +123,18 @@ def press_ask_hotkey_and_wait(tray: Tray) -> tuple[str, float]:
     return windows[0], shown["time"] - t0
 
 
+def give_task(tray: Tray, task: str) -> None:
+    """Run a task… (sent like the tray menu item), typed into its dialog."""
+    assert tray.cli("tray", "--send", "task").returncode == 0
+    deadline = time.monotonic() + 10
+    while not (dialogs := visible_windows(tray.display, "^qvl-agent: run a task")):
+        assert time.monotonic() < deadline, "the task dialog did not open"
+        time.sleep(0.05)
+    xdo(tray.display, "windowactivate", "--sync", dialogs[0], check=False)
+    xdo(tray.display, "type", "--delay", "5", task)
+    xdo(tray.display, "key", "Return")
+
+
 def test_hotkey_question_streamed_answer_and_quit_from_the_tray_menu(tray_factory):
     tray = tray_factory([REPLY])
     tray.wait_event("engine_ready")
@@ -268,14 +280,7 @@ def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory)
     )
     tray.wait_event("engine_ready")
     t0 = time.time()
-    assert tray.cli("tray", "--send", "task").returncode == 0
-    deadline = time.monotonic() + 10
-    while not (dialogs := visible_windows(tray.display, "^qvl-agent: run a task")):
-        assert time.monotonic() < deadline, "the task dialog did not open"
-        time.sleep(0.05)
-    xdo(tray.display, "windowactivate", "--sync", dialogs[0], check=False)
-    xdo(tray.display, "type", "--delay", "5", "Click the middle of the screen")
-    xdo(tray.display, "key", "Return")
+    give_task(tray, "Click the middle of the screen")
     marker = tray.wait_event("marker_shown", after=t0)
     assert (marker["x"], marker["y"]) == (960, 540)
     finished = tray.wait_event("automation_done", after=t0)
@@ -339,3 +344,19 @@ def test_send_without_a_running_tray_says_so(x_display, tmp_path):
     out = run_cli("tray", "--send", "ask", env={"DISPLAY": x_display, "QVL_CONFIG_DIR": str(tmp_path / "c")})
     assert out.returncode == 2
     assert "not running" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_stop_hotkey_halts_a_running_task(tray_factory):
+    wait = json.dumps({"name": "computer_use", "arguments": {"action": "wait", "time": 60}})
+    tray = tray_factory([f"<tool_call>{wait}</tool_call>"], env={"QVL_SAFETY_MODE": "auto"})
+    tray.wait_event("engine_ready")
+    t0 = time.time()
+    give_task(tray, "Wait a minute")
+    tray.wait_event("automation_started", after=t0)
+    time.sleep(0.5)  # the agent is now inside its 60 s wait
+    xdo(tray.display, "key", "ctrl+alt+Escape")
+    tray.wait_event("hotkey", after=t0, what="stop")
+    done = tray.wait_event("automation_done", after=t0, timeout=10)
+    assert done["status"] == "stopped"
+    assert tray.cli("tray", "--send", "quit").returncode == 0
+    assert tray.proc.wait(20) == 0
