@@ -16,7 +16,6 @@ replies the headers `x-qvl-vision` (hit|miss|none), `x-qvl-prefill-tokens` and `
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -30,25 +29,19 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import Engine
-from qvl_agent.errors import GenerationCancelled, InputError, QvlError
 from qvl_agent.server_auth import bearer_matches, token_matches
 from qvl_agent.server_metrics import Metrics
 from qvl_agent.server_pool import SessionPool
 from qvl_agent.server_protocol import (
     ApiError,
-    ChatRequest,
     ImageDecoder,
-    chunk_body,
     completion_body,
     completion_id,
     parse_chat_request,
-    sse,
     usage_dict,
 )
+from qvl_agent.server_stream import ClientGone, Reader, api_error, qvl_stats, stat_headers, stream_chunks
 from qvl_agent.server_worker import ChatResult, Job, Scheduler, chat_work
-
-log = logging.getLogger("qvl_agent.server")
-POLL_S = 0.25  # how often a waiting handler checks whether its client is still there
 
 
 def create_app(
@@ -116,7 +109,7 @@ def create_app(
         return response
 
     @app.exception_handler(ApiError)
-    async def api_error(request: Request, exc: ApiError):
+    async def api_error_response(request: Request, exc: ApiError):
         return answer(request, JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers))
 
     @app.exception_handler(StarletteHTTPException)
@@ -125,8 +118,8 @@ def create_app(
         err = ApiError(exc.status_code, message, code="not_found" if exc.status_code == 404 else None)
         return answer(request, JSONResponse(err.body(), status_code=exc.status_code))
 
-    @app.exception_handler(_ClientGone)
-    async def client_gone(request: Request, exc: _ClientGone):
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone):
         # Nobody reads this; it only ends the exchange (nginx's "client closed request").
         return answer(request, Response(status_code=499))
 
@@ -201,7 +194,7 @@ def create_app(
                 code="rate_limit_exceeded",
                 headers={"Retry-After": str(retry)},
             )
-        reader = _Reader(job, request, started + request_timeout_s)
+        reader = Reader(job, request, started + request_timeout_s)
         try:
             # Wait for the first piece before answering, so a failure before any output gets its own
             # status code and the headers can say whether a pooled session was reused.
@@ -214,9 +207,9 @@ def create_app(
         reused = start[0] == "start" and bool(start[1]["reused"])
         if first[0] == "error":
             reader.close()
-            raise _api_error(first[1])
+            raise api_error(first[1])
         if chat.stream:
-            body = _stream(chat, model_id, job, reader, first, started, metrics, request)
+            body = stream_chunks(chat, model_id, job, reader, first, started, metrics, request)
             return StreamingResponse(
                 body,
                 media_type="text/event-stream",
@@ -234,7 +227,7 @@ def create_app(
         finally:
             reader.close()
         if event[0] == "error":
-            raise _api_error(event[1])
+            raise api_error(event[1])
         result: ChatResult = event[1]
         metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
         body = completion_body(
@@ -243,97 +236,11 @@ def create_app(
             result.text,
             result.finish_reason,
             usage_dict(result.stats, int(result.stats.get("decode_tokens", 0))),
-            _qvl(result),
+            qvl_stats(result),
         )
-        return answer(request, JSONResponse(body, headers=_stat_headers(result)))
+        return answer(request, JSONResponse(body, headers=stat_headers(result)))
 
     return app
-
-
-class _ClientGone(Exception):
-    pass
-
-
-class _Reader:
-    """Reads a job's events with a deadline, noticing a client that went away while it waits."""
-
-    def __init__(self, job: Job, request: Request, deadline: float):
-        self.job, self.request, self.deadline = job, request, deadline
-        self._task: asyncio.Future | None = None
-        self._checked = time.perf_counter()
-
-    async def next(self, watch_client: bool = True):
-        while True:
-            remaining = self.deadline - time.perf_counter()
-            if remaining <= 0:
-                self.job.cancel()
-                raise ApiError(
-                    504,
-                    "The answer took longer than this server's request timeout; it was stopped.",
-                    type="timeout_error",
-                    code="timeout",
-                )
-            # Check the client every POLL_S even while pieces keep arriving faster than that.
-            if watch_client and time.perf_counter() - self._checked >= POLL_S:
-                self._checked = time.perf_counter()
-                if await self.request.is_disconnected():
-                    self.job.cancel()
-                    raise _ClientGone()
-            if self._task is None:
-                self._task = asyncio.ensure_future(self.job.events.get())
-            # asyncio.wait, unlike wait_for on 3.11, never loses an item that arrives as the wait ends.
-            done, _ = await asyncio.wait({self._task}, timeout=min(remaining, POLL_S))
-            if done:
-                task, self._task = self._task, None
-                return task.result()
-
-    def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-
-async def _stream(
-    chat: ChatRequest,
-    model_id: str,
-    job: Job,
-    reader: _Reader,
-    first,
-    started: float,
-    metrics: Metrics,
-    request: Request,
-):
-    """SSE chunks: the role, each piece, the finish with stats, usage if asked, then [DONE]. Starlette
-    cancels this generator when the client disconnects; `finally` then stops the generation."""
-    cid = completion_id()
-    finished = False
-    try:
-        yield sse(chunk_body(cid, model_id, {"role": "assistant", "content": ""}))
-        event = first
-        while event[0] == "delta":
-            yield sse(chunk_body(cid, model_id, {"content": event[1]}))
-            try:
-                event = await reader.next(watch_client=False)
-            except ApiError as exc:
-                event = ("error", exc)
-        if event[0] == "error":
-            err = _api_error(event[1])
-            metrics.count_request(request.url.path, err.status)
-            yield sse(err.body())
-        else:
-            result: ChatResult = event[1]
-            usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
-            yield sse(chunk_body(cid, model_id, {}, result.finish_reason, qvl=_qvl(result)))
-            if chat.include_usage:
-                yield sse(chunk_body(cid, model_id, None, usage=usage))
-            metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
-            metrics.count_request(request.url.path, 200)
-        yield sse("[DONE]")
-        finished = True
-    finally:
-        reader.close()
-        if not finished:
-            job.cancel()
 
 
 def _feature_cache_counters(engine: Engine) -> dict:
@@ -348,38 +255,6 @@ def _feature_cache_counters(engine: Engine) -> dict:
             lambda: cache.misses,
         ),
     }
-
-
-def _qvl(result: ChatResult) -> dict:
-    return {**result.stats, "session_reused": result.reused, "queue_ms": round(result.queue_ms, 3)}
-
-
-def _stat_headers(result: ChatResult) -> dict[str, str]:
-    return {
-        "x-qvl-vision": str(result.stats.get("vision", "none")),
-        "x-qvl-prefill-tokens": str(int(result.stats.get("prefill_tokens", 0))),
-        "x-qvl-cached-tokens": str(int(result.stats.get("cached_tokens", 0))),
-        "x-qvl-session-reused": "true" if result.reused else "false",
-    }
-
-
-def _api_error(exc: BaseException) -> ApiError:
-    """The client's view of a failure inside the generation thread."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, GenerationCancelled):
-        return ApiError(499, "The request was cancelled.", type="cancelled", code="cancelled")
-    if isinstance(exc, InputError):
-        return ApiError(400, str(exc), code="invalid_input")
-    if isinstance(exc, QvlError):
-        return ApiError(500, str(exc), type="server_error", code="engine_error")
-    log.error("generation failed", exc_info=exc)
-    return ApiError(
-        500,
-        f"The model failed unexpectedly ({type(exc).__name__}: {exc}).",
-        type="server_error",
-        code="internal_error",
-    )
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

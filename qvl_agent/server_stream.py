@@ -1,0 +1,140 @@
+"""Waiting on a generation and answering with it: a deadline, a client that goes away, SSE chunks.
+
+`Reader` takes a job's events one at a time, raising 504 past the request's deadline and cancelling the
+job when the client disconnects while it waits. `stream_chunks` turns the events into OpenAI's SSE
+chunks. `api_error` maps a failure from the generation thread to the error the client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from fastapi import Request
+
+from qvl_agent.errors import GenerationCancelled, InputError, QvlError
+from qvl_agent.server_metrics import Metrics
+from qvl_agent.server_protocol import ApiError, ChatRequest, chunk_body, completion_id, sse, usage_dict
+from qvl_agent.server_worker import ChatResult, Job
+
+log = logging.getLogger("qvl_agent.server")
+POLL_S = 0.25  # how often a waiting handler checks whether its client is still there
+
+
+class ClientGone(Exception):
+    pass
+
+
+class Reader:
+    """Reads a job's events with a deadline, noticing a client that went away while it waits."""
+
+    def __init__(self, job: Job, request: Request, deadline: float):
+        self.job, self.request, self.deadline = job, request, deadline
+        self._task: asyncio.Future | None = None
+        self._checked = time.perf_counter()
+
+    async def next(self, watch_client: bool = True):
+        while True:
+            remaining = self.deadline - time.perf_counter()
+            if remaining <= 0:
+                self.job.cancel()
+                raise ApiError(
+                    504,
+                    "The answer took longer than this server's request timeout; it was stopped.",
+                    type="timeout_error",
+                    code="timeout",
+                )
+            # Check the client every POLL_S even while pieces keep arriving faster than that.
+            if watch_client and time.perf_counter() - self._checked >= POLL_S:
+                self._checked = time.perf_counter()
+                if await self.request.is_disconnected():
+                    self.job.cancel()
+                    raise ClientGone()
+            if self._task is None:
+                self._task = asyncio.ensure_future(self.job.events.get())
+            # asyncio.wait, unlike wait_for on 3.11, never loses an item that arrives as the wait ends.
+            done, _ = await asyncio.wait({self._task}, timeout=min(remaining, POLL_S))
+            if done:
+                task, self._task = self._task, None
+                return task.result()
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+async def stream_chunks(
+    chat: ChatRequest,
+    model_id: str,
+    job: Job,
+    reader: Reader,
+    first,
+    started: float,
+    metrics: Metrics,
+    request: Request,
+):
+    """SSE chunks: the role, each piece, the finish with stats, usage if asked, then [DONE]. Starlette
+    cancels this generator when the client disconnects; `finally` then stops the generation."""
+    cid = completion_id()
+    finished = False
+    try:
+        yield sse(chunk_body(cid, model_id, {"role": "assistant", "content": ""}))
+        event = first
+        while event[0] == "delta":
+            yield sse(chunk_body(cid, model_id, {"content": event[1]}))
+            try:
+                event = await reader.next(watch_client=False)
+            except ApiError as exc:
+                event = ("error", exc)
+        if event[0] == "error":
+            err = api_error(event[1])
+            metrics.count_request(request.url.path, err.status)
+            yield sse(err.body())
+        else:
+            result: ChatResult = event[1]
+            usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
+            yield sse(chunk_body(cid, model_id, {}, result.finish_reason, qvl=qvl_stats(result)))
+            if chat.include_usage:
+                yield sse(chunk_body(cid, model_id, None, usage=usage))
+            metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
+            metrics.count_request(request.url.path, 200)
+        yield sse("[DONE]")
+        finished = True
+    finally:
+        reader.close()
+        if not finished:
+            job.cancel()
+
+
+def qvl_stats(result: ChatResult) -> dict:
+    return {**result.stats, "session_reused": result.reused, "queue_ms": round(result.queue_ms, 3)}
+
+
+def stat_headers(result: ChatResult) -> dict[str, str]:
+    return {
+        "x-qvl-vision": str(result.stats.get("vision", "none")),
+        "x-qvl-prefill-tokens": str(int(result.stats.get("prefill_tokens", 0))),
+        "x-qvl-cached-tokens": str(int(result.stats.get("cached_tokens", 0))),
+        "x-qvl-session-reused": "true" if result.reused else "false",
+    }
+
+
+def api_error(exc: BaseException) -> ApiError:
+    """The client's view of a failure inside the generation thread."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, GenerationCancelled):
+        return ApiError(499, "The request was cancelled.", type="cancelled", code="cancelled")
+    if isinstance(exc, InputError):
+        return ApiError(400, str(exc), code="invalid_input")
+    if isinstance(exc, QvlError):
+        return ApiError(500, str(exc), type="server_error", code="engine_error")
+    log.error("generation failed", exc_info=exc)
+    return ApiError(
+        500,
+        f"The model failed unexpectedly ({type(exc).__name__}: {exc}).",
+        type="server_error",
+        code="internal_error",
+    )
