@@ -360,3 +360,30 @@ def test_the_stop_hotkey_halts_a_running_task(tray_factory):
     assert done["status"] == "stopped"
     assert tray.cli("tray", "--send", "quit").returncode == 0
     assert tray.proc.wait(20) == 0
+
+
+def test_settings_from_the_tray_are_saved_and_a_new_hotkey_works_at_once(tray_factory):
+    tray = tray_factory([REPLY])
+    tray.wait_event("engine_ready")
+    t0 = time.time()
+    assert tray.cli("tray", "--send", "settings").returncode == 0
+    tray.wait_event("settings_shown", after=t0)
+    deadline = time.monotonic() + 10
+    while not (dialogs := visible_windows(tray.display, "^qvl-agent settings")):
+        assert time.monotonic() < deadline, "the settings dialog did not open"
+        time.sleep(0.05)
+    xdo(tray.display, "windowactivate", "--sync", dialogs[0], check=False)
+    # Model, device, max pixels, then the ask hotkey.
+    xdo(tray.display, "key", "Tab", "Tab", "Tab", "ctrl+a")
+    xdo(tray.display, "type", "--delay", "5", "<ctrl>+<alt>+a")
+    xdo(tray.display, "key", "Return")
+    saved = tray.wait_event("settings_saved", after=t0)
+    assert saved["hotkeys"]["ask"] == "<ctrl>+<alt>+a" and saved["reload"] is False
+    text = (tray.config_dir / "config.toml").read_text()
+    assert 'ask = "<ctrl>+<alt>+a"' in text
+    assert "replay:" not in text  # this run's --engine stays out of the file
+    t1 = time.time()
+    xdo(tray.display, "key", "ctrl+alt+a")
+    tray.wait_event("ask_window_shown", after=t1)
+    assert tray.cli("tray", "--send", "quit").returncode == 0
+    assert tray.proc.wait(20) == 0

@@ -320,6 +320,7 @@ class TrayApp(QObject):
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self.settings_path)
         dialog.saved.connect(self._settings_saved)
+        self.emit_event("settings_shown")
         dialog.setModal(False)
         dialog.show()
         dialog.raise_()
@@ -334,6 +335,7 @@ class TrayApp(QObject):
             if problem:
                 self.notify(problem, error=True)
         reload = dataclasses.replace(old, hotkeys=new.hotkeys, safety_mode=new.safety_mode) != new
+        self.emit_event("settings_saved", hotkeys=dataclasses.asdict(new.hotkeys), reload=reload)
         self.notify(f"Settings saved to {self.settings_path}." + (" Reloading the model…" if reload else ""))
         if reload:
             self.load_engine()
