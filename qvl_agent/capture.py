@@ -10,13 +10,14 @@ Platform specifics (display detection, mss, monitor lists) live here so the rest
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import xxhash
 
 from qvl_agent.errors import CaptureError, ImageError
 
@@ -84,7 +85,8 @@ class Screenshot:
         """A fast hash of exactly what the model will see: the pixels, their shape and layout."""
         cached = self.__dict__.get("_content_hash")
         if cached is None:
-            h = hashlib.blake2b(digest_size=16)
+            # xxh3 reads a 1080p BGRA frame in under a millisecond; blake2b takes ~20 ms.
+            h = xxhash.xxh3_128()
             h.update(f"{self.width}x{self.height}:{self.layout}:".encode())
             h.update(self.data)
             cached = h.hexdigest()

@@ -29,6 +29,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model id or local directory (default: Qwen/Qwen3-VL-2B-Instruct)")
     parser.add_argument("--engine", help="local (default), replay:FILE or openai:URL")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--api-key", help="key for --engine openai:URL (default: $QVL_API_KEY)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             model=getattr(args, "model", None),
             engine=getattr(args, "engine", None),
             device=getattr(args, "device", None),
+            api_key=getattr(args, "api_key", None),
         )
         return int(args.func(args, settings) or 0)
     except QvlError as exc:

@@ -23,17 +23,38 @@ import torch
 
 
 class KVSlot:
+    """A static KV cache of `max_len` tokens, seen through views of increasing length (`spans`).
+
+    Attention over a static cache reads every position of it, masked or not: a decode step over a
+    16k-token cache costs twice one over 4k. So each graph is captured against the shortest view that
+    holds the conversation; all views share the same storage and the same length counter."""
+
+    SPANS = (2048, 3072, 4096, 6144, 8192, 12288, 16384)
+
     def __init__(self, model, max_len: int, device: torch.device, dtype: torch.dtype):
         from transformers import StaticCache
 
         text = model.config.get_text_config()
+        self.spans = tuple(sorted({s for s in self.SPANS if s < max_len} | {max_len}))
         self.max_len = max_len
+        init = dict(batch_size=1, num_heads=text.num_key_value_heads, head_dim=text.head_dim, dtype=dtype, device=device)
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
-        self.cache.early_initialization(
-            batch_size=1, num_heads=text.num_key_value_heads, head_dim=text.head_dim, dtype=dtype, device=device
-        )
+        self.cache.early_initialization(**init)
+        self.views: dict[int, object] = {max_len: self.cache}
+        for span in self.spans[:-1]:
+            view = StaticCache(config=model.config, max_cache_len=span)
+            view.early_initialization(**init)
+            for full, part in zip(self.cache.layers, view.layers):
+                part.keys = full.keys[:, :, :span]
+                part.values = full.values[:, :, :span]
+                part.cumulative_length = full.cumulative_length  # one counter for every view
+            self.views[span] = view
         self.owner: str | None = None  # session id whose KV the slot holds
         self.length = 0  # host copy of the slot's length
+
+    def span_for(self, end: int) -> int:
+        """The shortest view that holds positions up to `end`."""
+        return next(s for s in self.spans if s >= end)
 
     def set_length(self, n: int) -> None:
         for layer in self.cache.layers:
@@ -64,44 +85,45 @@ class KVSlot:
 
 
 class GraphRunner:
-    """Forward passes of fixed lengths over a `KVSlot`, captured once and replayed."""
+    """Forward passes of fixed lengths over each view of a `KVSlot`, captured once and replayed."""
 
     def __init__(self, model, slot: KVSlot, sizes: tuple[int, ...] = (1, 16, 32, 64, 128)):
         self.model = model
         self.slot = slot
         self.sizes = tuple(sorted(sizes))
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         self.pool = None
 
     @property
     def max_prefill(self) -> int:
         return self.sizes[-1]
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        out = self.model(input_ids=ids, position_ids=pos, cache=self.slot.cache, use_cache=True)
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, span: int) -> torch.Tensor:
+        out = self.model(input_ids=ids, position_ids=pos, cache=self.slot.views[span], use_cache=True)
         return out.logits  # [1, S, V]
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture every size. Runs the model a few times on the slot, then restores its length."""
+        """Capture every (size, view). Runs the model a few times on the slot, then restores its length."""
         device = self.slot.cache.layers[0].keys.device
         start = self.slot.length
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
-        for size in reversed(self.sizes):  # largest first, so smaller graphs reuse its memory pool
-            ids = torch.zeros(1, size, dtype=torch.long, device=device)
-            pos = torch.zeros(3, 1, size, dtype=torch.long, device=device)
-            with torch.cuda.stream(stream):
-                for _ in range(2):
-                    self.slot.set_length(start)
-                    self._forward(ids, pos)
-            torch.cuda.current_stream(device).wait_stream(stream)
-            self.slot.set_length(start)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
-                logits = self._forward(ids, pos)
-            self.pool = graph.pool()
-            self.graphs[size] = (graph, ids, pos, logits)
+        for span in reversed(self.slot.spans):  # largest first, so later graphs reuse its memory pool
+            for size in reversed(self.sizes):
+                ids = torch.zeros(1, size, dtype=torch.long, device=device)
+                pos = torch.zeros(3, 1, size, dtype=torch.long, device=device)
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        self.slot.set_length(0)
+                        self._forward(ids, pos, span)
+                torch.cuda.current_stream(device).wait_stream(stream)
+                self.slot.set_length(0)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=self.pool):
+                    logits = self._forward(ids, pos, span)
+                self.pool = graph.pool()
+                self.graphs[(size, span)] = (graph, ids, pos, logits)
         self.slot.set_length(start)
         torch.cuda.synchronize(device)
 
@@ -109,8 +131,8 @@ class GraphRunner:
         """Append `ids [1, n]` at `pos [3, 1, n]` to the slot; logits of the last real position `[1, V]`."""
         n = ids.shape[1]
         size = next(s for s in self.sizes if s >= n)
-        graph, ids_buf, pos_buf, logits = self.graphs[size]
         start = self.slot.length
+        graph, ids_buf, pos_buf, logits = self.graphs[(size, self.slot.span_for(start + size))]
         ids_buf[:, :n].copy_(ids)
         pos_buf[:, :, :n].copy_(pos)
         if size > n:

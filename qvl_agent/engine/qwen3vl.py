@@ -121,6 +121,10 @@ class Qwen3VLEngine(Engine):
         eos = model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
         self.im_end = "<|im_end|>"
+        # Vision placeholders are the processor's to place: a random or confused model that emits one
+        # would leave a context with more placeholders than images. Never sample them.
+        vision_ids = [cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id, cfg.vision_end_token_id]
+        self.banned_ids = torch.tensor(vision_ids, device=self.device)
         self.lock = threading.RLock()
         self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
         self.vision_runs = 0  # how many times the vision tower ran (tests check reuse with it)
@@ -265,6 +269,7 @@ class LocalSession(Session):
         self.context = Context()  # the whole conversation so far (cached + the last sampled token)
         self.last_used = time.monotonic()
         self._stored = 0  # positions of self.cache that are up to date while the slot runs ahead
+        self._next_pos: int | None = None  # M-RoPE position of the first context token the cache lacks
 
     def kv_bytes(self) -> int:
         if self.cache is None:
@@ -279,6 +284,7 @@ class LocalSession(Session):
     def drop_cache(self) -> None:
         self.cache = None
         self.cached = Context()
+        self._next_pos = None
         fast = self.engine.fast
         if fast is not None and fast.slot.owner == self.id:
             fast.slot.owner = None
@@ -325,21 +331,35 @@ class LocalSession(Session):
         the session's own cache and is then loaded into the slot, if it fits, for graph decoding."""
         e, fast = self.engine, self.engine.fast
         new_ids = torch.tensor([target.ids[reuse:]], device=e.device)
-        fits = fast is not None and len(target.ids) + options.max_new_tokens <= fast.slot.max_len
+        fits = fast is not None and len(target.ids) + options.max_new_tokens + fast.max_prefill <= fast.slot.max_len
         if fits and not feats and new_ids.shape[1] <= fast.max_prefill:
             if fast.slot.owner == self.id and fast.slot.length >= reuse:
                 fast.slot.set_length(reuse)
             else:
                 fast.slot.load(self.cache, reuse, self.id)
             self._stored = reuse
-            return fast.run(new_ids, pos[:, :, reuse:]), True
-        logits = e.forward(new_ids, pos[:, :, reuse:], self.cache, feats)
+            return fast.run(new_ids, pos), True
+        logits = e.forward(new_ids, pos, self.cache, feats)
         self._stored = len(target.ids)
         if fits:
             fast.slot.load(self.cache, len(target.ids), self.id)
         elif fast is not None and fast.slot.owner == self.id:
             fast.slot.owner = None  # the slot no longer matches this session's cache
         return logits, fits
+
+    def _positions(self, target: Context, reuse: int, new_images: bool) -> tuple[torch.Tensor, int]:
+        """M-RoPE positions `[3, 1, n]` of the tokens after `reuse`, and the position after them.
+
+        A text-only continuation of everything the cache holds just counts on from where the last turn
+        stopped, with no device round trip; anything else is computed for the whole context."""
+        e = self.engine
+        n = len(target.ids) - reuse
+        if not new_images and self._next_pos is not None and reuse == len(self.cached.ids):
+            start = self._next_pos
+            pos = torch.arange(start, start + n, device=e.device).view(1, 1, n).expand(3, 1, n)
+            return pos, start + n
+        pos = e.positions(target)  # [3, 1, L]
+        return pos[:, :, reuse:], int(pos.max()) + 1
 
     def _step(self, token: torch.Tensor, position: int, on_slot: bool) -> torch.Tensor:
         e = self.engine
@@ -367,10 +387,10 @@ class LocalSession(Session):
             fresh = [span for span in target.images if span.start >= reuse]
             feats, pre_ms, vis_ms, ran = e.encode_images([(keyed[span.key], span.key) for span in fresh])
 
-            pos = e.positions(target)  # [3, 1, L]
+            pos, next_pos = self._positions(target, reuse, bool(fresh))
+            self._next_pos = None
             logits, on_slot = self._prefill(target, reuse, feats, pos, options)
             self.cached = Context(list(target.ids), list(target.images), target.text)
-            next_pos = int(pos.max()) + 1
 
             stream = TextStream(e.tokenizer, options.stop)
             generated: list[int] = []
@@ -381,6 +401,7 @@ class LocalSession(Session):
                 while len(generated) < options.max_new_tokens:
                     if self.cancelled:
                         raise GenerationCancelled("The answer was stopped.")
+                    logits.index_fill_(1, e.banned_ids, float("-inf"))
                     if len(generated) < options.min_new_tokens:
                         logits[:, list(e.eos_ids)] = float("-inf")
                     token = select_token(logits, options.temperature, options.top_p)
@@ -404,6 +425,7 @@ class LocalSession(Session):
                 if tail:
                     yield tail
             finally:
+                self._next_pos = next_pos  # the position of the last generated token, not yet run
                 if on_slot:  # bring the session's own cache up to date with what the slot computed
                     e.fast.slot.store(self.cache, self._stored, e.fast.slot.length)
                 reply_text = stream.text()
