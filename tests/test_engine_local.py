@@ -203,3 +203,30 @@ def test_sampling_options_are_honoured(engine):
     session = engine.open_session([_shot(320, 240, 15)])
     text = session.complete("Anything.", options=dataclasses.replace(OPTS, temperature=0.8, top_p=0.9))
     assert isinstance(text, str) and session.last_stats.decode_tokens > 0
+
+
+@torch.inference_mode()
+def test_graph_friendly_prefill_matches_plain_transformers(engine):
+    """The static-shape prefill the GPU captures (dense DeepStack, embeddings written in place) computes
+    what transformers computes; run eagerly here, on the CPU."""
+    from transformers import DynamicCache
+
+    from qvl_agent.engine.cuda_graphs import text_forward
+
+    shot = _shot(640, 360, 16)
+    session = engine.open_session([shot])
+    session.complete("Where is the button?", options=OPTS)
+    from qvl_agent.engine.context import Context
+
+    ids = turn_ids(session)
+    target = Context(ids, session.cached.images)
+    feats, *_ = engine.encode_images([(shot, target.images[0].key)])
+    embeds, deepstack = engine.embed(torch.tensor([ids]), [target.images[0].start], feats)
+    dense = []
+    for index, values in deepstack:
+        level = torch.zeros_like(embeds)
+        level[0].index_copy_(0, index, values)
+        dense.append(level)
+    hidden = text_forward(engine.model, embeds, engine.positions(target), DynamicCache(config=engine.model.config), dense)
+    logits = engine.model.lm_head(hidden[:, -1])[0]
+    torch.testing.assert_close(logits, reference_logits(engine, ids, [shot]), rtol=1e-4, atol=1e-4)

@@ -252,6 +252,8 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
         if tmp else model,
         "cuda_graphs": bool(engine.fast),
         "cuda_graphs_problem": engine.fast_problem,
+        "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
+        "vision_attention": str(engine.vision_attention),
         "rows": [r.row() for r in results.values()],
         "greedy_tokens_agreeing_with_generate": f"{agree}/{len(ref_ids)}",
         "first_token_max_abs_logit_diff": round(logit_diff, 5),
@@ -267,7 +269,8 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
 def format_table(report: dict) -> str:
     lines = [
         f"device: {report['device']}  torch {report['torch']}  model: {report['model']}  "
-        f"CUDA graphs: {report['cuda_graphs']} {report['cuda_graphs_problem']}",
+        f"CUDA graphs: {report['cuda_graphs']} ({report['prefill_graphs']} prefill) {report['cuda_graphs_problem']}"
+        f"  vision attention: {report['vision_attention']}",
         f"{'scenario':66} {'engine':>10} {'baseline':>10} {'speedup':>8}",
     ]
     for r in report["rows"]:

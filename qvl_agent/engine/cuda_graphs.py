@@ -84,66 +84,126 @@ class KVSlot:
                 dst.keys, dst.values = k.clone(), v.clone()
 
 
-class GraphRunner:
-    """Forward passes of fixed lengths over each view of a `KVSlot`, captured once and replayed."""
+def text_forward(model, embeds: torch.Tensor, pos: torch.Tensor, cache, deepstack: list[torch.Tensor]) -> torch.Tensor:
+    """The language model over `embeds [1, S, H]` at `pos [3, 1, S]`, DeepStack features added as dense
+    `[1, S, H]` tensors (zero away from image tokens) instead of boolean-mask scatters, so the whole pass
+    has static shapes and no host synchronisation. Returns the final hidden states `[1, S, H]`; the
+    numbers are those of transformers' own forward (adding 0 changes nothing)."""
+    from transformers.masking_utils import create_causal_mask
 
-    def __init__(self, model, slot: KVSlot, sizes: tuple[int, ...] = (1, 16, 32, 64, 128)):
+    lm = model.model.language_model
+    mask = create_causal_mask(config=lm.config, inputs_embeds=embeds, attention_mask=None, cache=cache,
+                              position_ids=None)
+    position_embeddings = lm.rotary_emb(embeds, pos)
+    hidden = embeds
+    for i, layer in enumerate(lm.layers):
+        hidden = layer(hidden, attention_mask=mask, position_ids=None, cache=cache,
+                       position_embeddings=position_embeddings)
+        if i < len(deepstack):
+            hidden = hidden + deepstack[i]
+    return lm.norm(hidden)
+
+
+class GraphRunner:
+    """Forward passes of fixed lengths over each view of a `KVSlot`, captured once and replayed:
+    a decode step (one token id), and prefills of embeddings padded to a bucket of lengths."""
+
+    PREFILL_SIZES = (16, 32, 64, 128, 256, 512, 1024, 2048, 2560, 3072, 4096)
+
+    def __init__(self, model, slot: KVSlot, prefill_sizes: tuple[int, ...] = PREFILL_SIZES):
         self.model = model
         self.slot = slot
-        self.sizes = tuple(sorted(sizes))
-        self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self.sizes = tuple(sorted(prefill_sizes))
+        self.levels = len(model.config.vision_config.deepstack_visual_indexes)
+        self.decode: dict[int, tuple] = {}  # span -> (graph, ids, pos, logits)
+        self.prefill: dict[tuple[int, int], tuple] = {}  # (size, span) -> (graph, embeds, pos, deepstack, hidden)
         self.pool = None
+        self.problem = ""  # why prefill graphs are off, when they are
 
-    @property
-    def max_prefill(self) -> int:
-        return self.sizes[-1]
-
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, span: int) -> torch.Tensor:
-        out = self.model(input_ids=ids, position_ids=pos, cache=self.slot.views[span], use_cache=True)
-        return out.logits  # [1, S, V]
+    def _capture(self, fn, warmups: int = 2):
+        device = self.slot.cache.layers[0].keys.device
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(warmups):
+                self.slot.set_length(0)
+                fn()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        self.slot.set_length(0)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = fn()
+        self.pool = graph.pool()
+        return graph, out
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture every (size, view). Runs the model a few times on the slot, then restores its length."""
+        """Capture the decode step for every view, then the prefill buckets (largest first, so the
+        smaller graphs reuse the memory pool). A prefill capture that fails leaves decoding on graphs."""
         device = self.slot.cache.layers[0].keys.device
+        dtype = self.slot.cache.layers[0].keys.dtype
+        hidden_size = self.model.config.get_text_config().hidden_size
         start = self.slot.length
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        for span in reversed(self.slot.spans):  # largest first, so later graphs reuse its memory pool
-            for size in reversed(self.sizes):
-                ids = torch.zeros(1, size, dtype=torch.long, device=device)
-                pos = torch.zeros(3, 1, size, dtype=torch.long, device=device)
-                with torch.cuda.stream(stream):
-                    for _ in range(2):
-                        self.slot.set_length(0)
-                        self._forward(ids, pos, span)
-                torch.cuda.current_stream(device).wait_stream(stream)
-                self.slot.set_length(0)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool):
-                    logits = self._forward(ids, pos, span)
-                self.pool = graph.pool()
-                self.graphs[(size, span)] = (graph, ids, pos, logits)
+        try:
+            for span in reversed(self.slot.spans):
+                for size in reversed(self.sizes):
+                    if size > span:
+                        continue
+                    embeds = torch.zeros(1, size, hidden_size, dtype=dtype, device=device)
+                    pos = torch.zeros(3, 1, size, dtype=torch.long, device=device)
+                    deepstack = [torch.zeros_like(embeds) for _ in range(self.levels)]
+                    cache = self.slot.views[span]
+                    graph, hidden = self._capture(
+                        lambda e=embeds, p=pos, d=deepstack, c=cache: text_forward(self.model, e, p, c, d))
+                    self.prefill[(size, span)] = (graph, embeds, pos, deepstack, hidden)
+        except Exception as exc:  # keep whatever was captured before; decode graphs still help
+            self.problem = f"prefill graphs: {type(exc).__name__}: {exc}"
+            self.prefill.clear()
+        for span in reversed(self.slot.spans):
+            ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+            pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
+            cache = self.slot.views[span]
+            graph, logits = self._capture(
+                lambda i=ids, p=pos, c=cache: self.model(input_ids=i, position_ids=p, cache=c, use_cache=True).logits)
+            self.decode[span] = (graph, ids, pos, logits)
         self.slot.set_length(start)
         torch.cuda.synchronize(device)
 
-    def run(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Append `ids [1, n]` at `pos [3, 1, n]` to the slot; logits of the last real position `[1, V]`."""
-        n = ids.shape[1]
-        size = next(s for s in self.sizes if s >= n)
+    def prefill_size(self, n: int) -> int | None:
+        """The bucket a prefill of `n` tokens runs in, None when no captured graph can take it."""
+        size = next((s for s in self.sizes if s >= n), None)
+        if size is None or self.slot.length + size > self.slot.max_len:
+            return None
+        return size if (size, self.slot.span_for(self.slot.length + size)) in self.prefill else None
+
+    def run_prefill(self, embeds: torch.Tensor, pos: torch.Tensor, deepstack: list[tuple]) -> torch.Tensor:
+        """Append `embeds [1, n, H]` at `pos [3, 1, n]` to the slot. `deepstack` lists, per level,
+        `(index of image tokens [k], features [k, H])`. Returns the last real position's logits `[1, V]`."""
+        n = embeds.shape[1]
+        size = self.prefill_size(n)
         start = self.slot.length
-        graph, ids_buf, pos_buf, logits = self.graphs[(size, self.slot.span_for(start + size))]
-        ids_buf[:, :n].copy_(ids)
+        graph, emb_buf, pos_buf, ds_bufs, hidden = self.prefill[(size, self.slot.span_for(start + size))]
+        emb_buf[:, :n].copy_(embeds)
+        emb_buf[:, n:].zero_()
         pos_buf[:, :, :n].copy_(pos)
-        if size > n:
-            ids_buf[:, n:].zero_()
-            pos_buf[:, :, n:].copy_(pos[:, :, -1:].expand(-1, -1, size - n))
+        pos_buf[:, :, n:].copy_(pos[:, :, -1:].expand(-1, -1, size - n))
+        for buf, level in zip(ds_bufs, deepstack or [None] * len(ds_bufs)):
+            buf.zero_()
+            if level is not None:
+                buf[0].index_copy_(0, level[0], level[1].to(buf.dtype))
         graph.replay()
-        if size != n:
-            self.slot.set_length(start + n)  # forget the padding's KV
-        else:
-            self.slot.length = start + n
-        return logits[:, n - 1]
+        self.slot.set_length(start + n)  # forget the padding's KV
+        return self.model.lm_head(hidden[:, n - 1])
+
+    def run_decode(self, token: torch.Tensor, position: int) -> torch.Tensor:
+        """Append one token `[1, 1]` at `position`; its logits `[1, V]`."""
+        start = self.slot.length
+        graph, ids_buf, pos_buf, logits = self.decode[self.slot.span_for(start + 1)]
+        ids_buf.copy_(token)
+        pos_buf.fill_(position)
+        graph.replay()
+        self.slot.length = start + 1
+        return logits[:, -1]
 
 
 def vision_kwargs(grid: torch.Tensor, visual, config) -> dict:

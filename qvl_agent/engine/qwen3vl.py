@@ -14,6 +14,7 @@ time (`self.lock`); sessions are isolated and idle ones lose their KV cache unde
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -131,6 +132,7 @@ class Qwen3VLEngine(Engine):
         self._vision_inputs: dict[tuple, dict] = {}  # grid -> precomputed vision-tower inputs
         self.fast: GraphRunner | None = None  # CUDA graphs, set up by warm_up() on a GPU
         self.fast_problem = ""  # why the graphs are off, when they are
+        self.vision_attention = None  # the attention kernel the vision tower runs fastest with here
 
     def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
         """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
@@ -145,6 +147,9 @@ class Qwen3VLEngine(Engine):
             except Exception as exc:  # any capture failure: stay correct on the eager path
                 self.fast_problem = f"{type(exc).__name__}: {exc}"
                 self.fast = None
+            if self.fast is not None and self.fast.problem:
+                self.fast_problem = self.fast.problem
+            self.vision_attention = self._fastest_vision_attention()
         blank = Screenshot(bytes(256 * 256 * 3), 256, 256, "RGB", source="warm-up")
         session = self.open_session([blank])
         session.complete("Hi", options=GenerationOptions(max_new_tokens=2, min_new_tokens=2))
@@ -190,7 +195,10 @@ class Qwen3VLEngine(Engine):
                 pixel_values, grid = preprocess(shot, self.pp, self.device)
                 self._sync()
                 t1 = time.perf_counter()
-                vo = self.model.model.get_image_features(pixel_values, grid, return_dict=True, **self._vision_kwargs(grid))
+                with self._vision_context():
+                    vo = self.model.model.get_image_features(
+                        pixel_values, grid, return_dict=True, **self._vision_kwargs(grid)
+                    )
                 feats = Features(
                     vo.pooler_output[0], tuple(level[0] for level in vo.deepstack_features), tuple(grid[0].tolist())
                 )
@@ -202,6 +210,38 @@ class Qwen3VLEngine(Engine):
                 self.features.put(key, feats)
             out.append(feats)
         return out, pre_ms, vis_ms, ran
+
+    @torch.inference_mode()
+    def _fastest_vision_attention(self):
+        """Time the vision tower on a 1080p frame with each attention kernel this GPU offers; the
+        library's default choice is not always the fastest for its 8k-token, non-causal attention."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        frame = Screenshot(bytes(1920 * 1080 * 3), 1920, 1080, "RGB", source="warm-up")
+        pixel_values, grid = preprocess(frame, self.pp, self.device)
+        best, best_ms = None, float("inf")
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
+            try:
+                with sdpa_kernel([backend]):
+                    times = []
+                    for _ in range(3):
+                        self._sync()
+                        t0 = time.perf_counter()
+                        self.model.model.get_image_features(pixel_values, grid, **self._vision_kwargs(grid))
+                        self._sync()
+                        times.append(time.perf_counter() - t0)
+            except RuntimeError:
+                continue  # not available for these shapes on this GPU
+            if min(times) < best_ms:
+                best, best_ms = backend, min(times)
+        return best
+
+    def _vision_context(self):
+        if self.vision_attention is None:
+            return contextlib.nullcontext()
+        from torch.nn.attention import sdpa_kernel
+
+        return sdpa_kernel([self.vision_attention])
 
     def _vision_kwargs(self, grid: torch.Tensor) -> dict:
         key = tuple(grid.flatten().tolist())
@@ -237,6 +277,17 @@ class Qwen3VLEngine(Engine):
         out = self.model(input_ids=ids, position_ids=pos, cache=cache, mm_encoder_outputs=mm, use_cache=True,
                          logits_to_keep=1)
         return out.logits[:, -1]
+
+    def embed(self, ids: torch.Tensor, starts: list[int], feats: list[Features]) -> tuple[torch.Tensor, list]:
+        """Token embeddings `[1, S, H]` with each image's features written at its placeholders (image
+        `i` starts at `starts[i]`), and per DeepStack level `(index, features)` for `text_forward`."""
+        embeds = self.model.model.language_model.embed_tokens(ids)
+        if not feats:
+            return embeds, []
+        index = torch.cat([torch.arange(s, s + f.n_tokens) for s, f in zip(starts, feats)]).to(self.device)
+        embeds[0].index_copy_(0, index, torch.cat([f.embeds for f in feats]).to(embeds.dtype))
+        levels = len(feats[0].deepstack)
+        return embeds, [(index, torch.cat([f.deepstack[i] for f in feats])) for i in range(levels)]
 
     def render(self, messages: list[dict], tools, add_generation_prompt: bool) -> str:
         return self.processor.apply_chat_template(
@@ -324,28 +375,32 @@ class LocalSession(Session):
         ids, spans = tokenize_with_images(e.tokenizer, rendered, e.image_token, e.image_token_id, entries)
         return Context(ids, spans, rendered), shots
 
-    def _prefill(self, target: Context, reuse: int, feats, pos: torch.Tensor, options) -> tuple[torch.Tensor, bool]:
+    def _prefill(self, target: Context, reuse: int, fresh: list[ImageSpan], feats: list[Features],
+                 pos: torch.Tensor, options) -> tuple[torch.Tensor, bool]:
         """Run the new tokens; returns (last logits, whether the KV slot now holds this session).
 
-        A short text-only follow-up runs as a captured graph on the slot; anything else runs eagerly on
-        the session's own cache and is then loaded into the slot, if it fits, for graph decoding."""
+        On a GPU the new tokens run as a captured graph on the KV slot whenever a bucket takes them;
+        anything else runs eagerly on the session's own cache, then goes into the slot, if it fits, so
+        that decoding still replays graphs."""
         e, fast = self.engine, self.engine.fast
         new_ids = torch.tensor([target.ids[reuse:]], device=e.device)
-        fits = fast is not None and len(target.ids) + options.max_new_tokens + fast.max_prefill <= fast.slot.max_len
-        if fits and not feats and new_ids.shape[1] <= fast.max_prefill:
-            if fast.slot.owner == self.id and fast.slot.length >= reuse:
-                fast.slot.set_length(reuse)
-            else:
-                fast.slot.load(self.cache, reuse, self.id)
+        if fast is None or len(target.ids) + options.max_new_tokens + 1 > fast.slot.max_len:
+            if fast is not None and fast.slot.owner == self.id:
+                fast.slot.owner = None  # the slot no longer matches this session's cache
+            self._stored = len(target.ids)
+            return e.forward(new_ids, pos, self.cache, feats), False
+        if fast.slot.owner == self.id and fast.slot.length >= reuse:
+            fast.slot.set_length(reuse)
+        else:
+            fast.slot.load(self.cache, reuse, self.id)
+        if fast.prefill_size(new_ids.shape[1]) is not None:
             self._stored = reuse
-            return fast.run(new_ids, pos), True
+            embeds, deepstack = e.embed(new_ids, [span.start - reuse for span in fresh], feats)
+            return fast.run_prefill(embeds, pos, deepstack), True
         logits = e.forward(new_ids, pos, self.cache, feats)
         self._stored = len(target.ids)
-        if fits:
-            fast.slot.load(self.cache, len(target.ids), self.id)
-        elif fast is not None and fast.slot.owner == self.id:
-            fast.slot.owner = None  # the slot no longer matches this session's cache
-        return logits, fits
+        fast.slot.load(self.cache, len(target.ids), self.id)
+        return logits, True
 
     def _positions(self, target: Context, reuse: int, new_images: bool) -> tuple[torch.Tensor, int]:
         """M-RoPE positions `[3, 1, n]` of the tokens after `reuse`, and the position after them.
@@ -363,9 +418,9 @@ class LocalSession(Session):
 
     def _step(self, token: torch.Tensor, position: int, on_slot: bool) -> torch.Tensor:
         e = self.engine
-        pos = torch.full((3, 1, 1), position, device=e.device, dtype=torch.long)
         if on_slot:
-            return e.fast.run(token.view(1, 1), pos)
+            return e.fast.run_decode(token.view(1, 1), position)
+        pos = torch.full((3, 1, 1), position, device=e.device, dtype=torch.long)
         return e.forward(token.view(1, 1), pos, self.cache, [])
 
     @torch.inference_mode()
@@ -389,7 +444,7 @@ class LocalSession(Session):
 
             pos, next_pos = self._positions(target, reuse, bool(fresh))
             self._next_pos = None
-            logits, on_slot = self._prefill(target, reuse, feats, pos, options)
+            logits, on_slot = self._prefill(target, reuse, fresh, feats, pos, options)
             self.cached = Context(list(target.ids), list(target.images), target.text)
 
             stream = TextStream(e.tokenizer, options.stop)
