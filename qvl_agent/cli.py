@@ -33,7 +33,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="qvl-agent", description=__doc__.splitlines()[0])
+    parser = _Parser(
+        prog="qvl-agent",
+        description="A local desktop agent on Qwen3-VL: ask about the screen, automate the desktop and the browser.",
+    )
     parser.add_argument("--version", action="version", version=f"qvl-agent {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -10,16 +10,13 @@ import string
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from pathlib import Path
 
 from qvl_agent.errors import ConfigError
 
 
 def _prompt_dir():
-    # A source checkout keeps prompts/ beside the package; a wheel ships them as qvl_agent/prompts.
-    checkout = Path(__file__).resolve().parent.parent / "prompts"
-    if checkout.is_dir():
-        return checkout
+    # The repository keeps the templates in prompts/ at its top; qvl_agent/prompts links there, and a
+    # wheel carries them as that folder of the package.
     return resources.files("qvl_agent") / "prompts"
 
 
