@@ -180,7 +180,9 @@ def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> P
     """Build a random Qwen3-VL of `shape` ("tiny" or "2b") and save model + processor to `path`."""
     import torch
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     path = Path(path)
     processor = build_processor()
     config = {"tiny": tiny_config, "2b": qwen3vl_2b_config}[shape](processor.tokenizer)
