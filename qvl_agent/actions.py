@@ -201,10 +201,6 @@ def describe(action: Action) -> str:
         where = f" at ({_num(action.x)}, {_num(action.y)})" if action.x is not None else ""
         return f"{action.kind} {_num(action.pixels)}{where}"
     if isinstance(action, LeftClickDrag):
-        start = (
-            f"({_num(action.start_x)}, {_num(action.start_y)})"
-            if action.start_x is not None
-            else "the pointer"
-        )
+        start = f"({_num(action.start_x)}, {_num(action.start_y)})" if action.start_x is not None else "the pointer"
         return f"left_click_drag from {start} to ({_num(action.x)}, {_num(action.y)})"
     return f"{action.kind} at ({_num(action.x)}, {_num(action.y)})"

@@ -187,9 +187,7 @@ class Agent:
         except EmergencyStop as exc:
             result = RunResult("stopped", steps=step, message=str(exc))
         except _StepTimeout:
-            result = RunResult(
-                "limit", steps=step, message=f"Step {step} took longer than {self.step_timeout_s:g} s."
-            )
+            result = RunResult("limit", steps=step, message=f"Step {step} took longer than {self.step_timeout_s:g} s.")
         except GenerationCancelled as exc:
             result = RunResult("stopped", steps=step, message=str(exc))
         except QvlError as exc:
@@ -198,9 +196,7 @@ class Agent:
             if self.session is not None:
                 self.session.close()
         if self.trace:
-            self.trace.end(
-                status=result.status, answer=result.answer, steps=result.steps, message=result.message
-            )
+            self.trace.end(status=result.status, answer=result.answer, steps=result.steps, message=result.message)
         self._emit("done", result.steps, message=result.status)
         return result
 
@@ -294,9 +290,7 @@ class Agent:
                 result = ActionResult(True, "answered")
             elif isinstance(action, A.Terminate):
                 record["results"].append({"action": A.describe(action), "ok": True, "message": action.status})
-                return RunResult(
-                    action.status, answer or "", step, f"The model ended the task: {action.status}."
-                )
+                return RunResult(action.status, answer or "", step, f"The model ended the task: {action.status}.")
             elif isinstance(action, A.Wait):
                 self.guard.sleep(action.seconds)  # wakes at once on the emergency stop
                 result = ActionResult(True, f"waited {action.seconds:g} s")

@@ -240,6 +240,13 @@ def grab(monitor: int | None = None, region: Region | None = None, scale: float 
         except Exception as exc:
             raise CaptureError(f"Screen capture failed: {exc}.") from None
         return Screenshot(
-            bytes(shot.bgra), shot.width, shot.height, "BGRA",
-            left=area["left"], top=area["top"], scale=scale, monitor=index, source="screen",
+            bytes(shot.bgra),
+            shot.width,
+            shot.height,
+            "BGRA",
+            left=area["left"],
+            top=area["top"],
+            scale=scale,
+            monitor=index,
+            source="screen",
         )

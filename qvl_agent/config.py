@@ -147,7 +147,9 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Loaded:
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
             path.replace(backup)
             values = {}
-            notice = f"The settings file {path} could not be used ({exc}); it was moved to {backup} and defaults are used."
+            notice = (
+                f"The settings file {path} could not be used ({exc}); it was moved to {backup} and defaults are used."
+            )
             NOTICES.append(notice)
     for var, name in ENV_VARS.items():
         if env.get(var):

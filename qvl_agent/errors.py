@@ -1,22 +1,22 @@
 """The exception tree. Every message is one sentence a person can act on.
 
-    QvlError                      base: the CLI prints str(exc) and exits with exc.exit_code
-    ├── UsageError                bad flags or arguments                               (exit 2)
-    ├── InputError                bad user input                                       (exit 2)
-    │   └── ImageError            missing/empty/corrupt/huge image
-    ├── ConfigError               a settings value that cannot be used                 (exit 2)
-    ├── CaptureError              no display, Wayland without XWayland, bad monitor    (exit 2)
-    ├── EngineError               model cannot be loaded or run                        (exit 2)
-    │   ├── ModelNotFoundError    no local copy and no network
-    │   ├── ReplayExhaustedError  the replay engine has no more recorded replies
-    │   └── RemoteEngineError     an OpenAI-compatible server failed or refused
-    ├── GenerationCancelled       a turn was cancelled (not an error for the person)   (exit 1)
-    ├── ParseError                model output that is not a valid action: fed back to the model
-    ├── ActionError               an action that cannot be carried out: fed back to the model
-    │   └── OffScreenError        a target outside the captured screen or the allowed region
-    ├── EmergencyStop             the person pressed the stop hotkey                   (exit 1)
-    ├── TaskFailed                the run ended without success                        (exit 1)
-    └── BrowserError              the browser died, the page closed, no browser found  (exit 1)
+QvlError                      base: the CLI prints str(exc) and exits with exc.exit_code
+├── UsageError                bad flags or arguments                               (exit 2)
+├── InputError                bad user input                                       (exit 2)
+│   └── ImageError            missing/empty/corrupt/huge image
+├── ConfigError               a settings value that cannot be used                 (exit 2)
+├── CaptureError              no display, Wayland without XWayland, bad monitor    (exit 2)
+├── EngineError               model cannot be loaded or run                        (exit 2)
+│   ├── ModelNotFoundError    no local copy and no network
+│   ├── ReplayExhaustedError  the replay engine has no more recorded replies
+│   └── RemoteEngineError     an OpenAI-compatible server failed or refused
+├── GenerationCancelled       a turn was cancelled (not an error for the person)   (exit 1)
+├── ParseError                model output that is not a valid action: fed back to the model
+├── ActionError               an action that cannot be carried out: fed back to the model
+│   └── OffScreenError        a target outside the captured screen or the allowed region
+├── EmergencyStop             the person pressed the stop hotkey                   (exit 1)
+├── TaskFailed                the run ended without success                        (exit 1)
+└── BrowserError              the browser died, the page closed, no browser found  (exit 1)
 """
 
 

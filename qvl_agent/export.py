@@ -384,14 +384,10 @@ def export_run(path: str | Path, start_url: str, steps: list[dict], final: dict 
     return compiled
 
 
-BROWSER_FILE = (
-    "browser.json"  # beside trace.jsonl: {"url", "viewport", "final"}, written by `qvl-agent browse`
-)
+BROWSER_FILE = "browser.json"  # beside trace.jsonl: {"url", "viewport", "final"}, written by `qvl-agent browse`
 
 
-def write_browser_info(
-    trace_dir: str | Path, url: str, viewport: tuple[int, int], final: dict | None = None
-) -> None:
+def write_browser_info(trace_dir: str | Path, url: str, viewport: tuple[int, int], final: dict | None = None) -> None:
     """Record what a browser run's trace does not: the start URL, the viewport and the final state."""
     info = {"url": url, "viewport": list(viewport), "final": final}
     path = Path(trace_dir) / BROWSER_FILE

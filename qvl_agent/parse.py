@@ -168,9 +168,7 @@ def _load_json(blob: str, where: str):
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
     snippet = blob if len(blob) <= 80 else blob[:77] + "..."
-    raise ParseError(
-        f"{where} is not valid JSON ({first_error.msg} at character {first_error.pos}): {snippet}"
-    )
+    raise ParseError(f"{where} is not valid JSON ({first_error.msg} at character {first_error.pos}): {snippet}")
 
 
 # --- arguments -> actions -----------------------------------------------------------------------------
@@ -204,9 +202,7 @@ def _point(value, kind: str, name: str = "coordinate") -> tuple[float, float]:
 def _keys(args: dict) -> tuple[str, ...]:
     value = args.get("keys", args.get("key"))
     if isinstance(value, str):
-        value = (
-            [part for part in re.split(r"\s*\+\s*", value.strip()) if part] if value.strip() != "+" else ["+"]
-        )
+        value = [part for part in re.split(r"\s*\+\s*", value.strip()) if part] if value.strip() != "+" else ["+"]
     if not isinstance(value, list | tuple) or not value or not all(isinstance(k, str) and k for k in value):
         raise ParseError('key needs "keys": a list of key names such as ["ctrl", "c"] or ["enter"].')
     return tuple(k.strip().lower() if len(k.strip()) > 1 else k for k in value)
@@ -234,9 +230,7 @@ def action_from_arguments(args: dict) -> A.Action:
         return cls(*_point(args["coordinate"], kind))
     if cls is A.LeftClickDrag:
         if "coordinate" not in args:
-            raise ParseError(
-                f'left_click_drag needs "coordinate": [x, y], the point to drag to (0 to {GRID}).'
-            )
+            raise ParseError(f'left_click_drag needs "coordinate": [x, y], the point to drag to (0 to {GRID}).')
         x, y = _point(args["coordinate"], kind)
         start = args.get("start_coordinate")
         if start is None:
@@ -274,9 +268,7 @@ def _arguments(call, where: str) -> dict:
     """Unwrap {"name", "arguments"} (arguments may be a JSON string), OpenAI's {"function": ...}, or a
     bare arguments object."""
     if not isinstance(call, dict):
-        raise ParseError(
-            f'{where} must be a JSON object like {{"name": "{TOOL_NAME}", "arguments": {{...}}}}.'
-        )
+        raise ParseError(f'{where} must be a JSON object like {{"name": "{TOOL_NAME}", "arguments": {{...}}}}.')
     if isinstance(call.get("function"), dict):
         call = call["function"]
     if "arguments" in call or "name" in call:
@@ -296,9 +288,7 @@ def parse_actions(text: str) -> list[A.Action]:
     """Every computer_use call in a model reply, in order. Raises ParseError when there is none, or when
     any call is broken: a partly understood reply is never half executed."""
     if not isinstance(text, str) or not text.strip():
-        raise ParseError(
-            "The reply is empty; answer with a computer_use call inside <tool_call></tool_call>."
-        )
+        raise ParseError("The reply is empty; answer with a computer_use call inside <tool_call></tool_call>.")
     body = _THINK.sub("", text)
     blobs = _candidates(body)
     if not blobs:
@@ -327,9 +317,7 @@ def to_pixels(x: float, y: float, shot: Screenshot) -> tuple[int, int]:
     """
     for value, axis in ((x, "x"), (y, "y")):
         if not (isinstance(value, int | float) and math.isfinite(value)) or not 0 <= value <= GRID:
-            raise OffScreenError(
-                f"The point ({x:g}, {y:g}) is off the screen: {axis} must be between 0 and {GRID}."
-            )
+            raise OffScreenError(f"The point ({x:g}, {y:g}) is off the screen: {axis} must be between 0 and {GRID}.")
     px = min(math.floor(x * shot.width / GRID), shot.width - 1)
     py = min(math.floor(y * shot.height / GRID), shot.height - 1)
     return shot.left + px, shot.top + py

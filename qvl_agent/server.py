@@ -287,13 +287,9 @@ def _fetch_image(limit: int):
                 for chunk in response.iter_bytes():
                     data += chunk
                     if len(data) > limit:
-                        raise ApiError(
-                            413, f"The image at {url} is over {limit:,} bytes.", code="image_too_large"
-                        )
+                        raise ApiError(413, f"The image at {url} is over {limit:,} bytes.", code="image_too_large")
                 return bytes(data)
         except httpx.HTTPError as exc:
-            raise ApiError(
-                400, f"Could not fetch the image at {url} ({exc}).", code="image_fetch_failed"
-            ) from None
+            raise ApiError(400, f"Could not fetch the image at {url} ({exc}).", code="image_fetch_failed") from None
 
     return fetch

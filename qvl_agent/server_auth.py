@@ -57,9 +57,7 @@ def resolve_token(settings_token: str, directory: Path, host: str, no_token: boo
     """(token or None, one line saying where it came from) for `qvl-agent serve`."""
     if no_token:
         if not is_loopback(host):
-            raise UsageError(
-                f"--no-token is only allowed on a loopback address (127.0.0.1, ::1), not {host}."
-            )
+            raise UsageError(f"--no-token is only allowed on a loopback address (127.0.0.1, ::1), not {host}.")
         return None, "No API token: anyone on this machine can use the server."
     if settings_token:
         return settings_token, "API token from QVL_API_TOKEN."

@@ -88,9 +88,7 @@ class Metrics:
             family("qvl_requests_total", "counter", "HTTP requests by endpoint and status code.")
             for (endpoint, status), n in sorted(self.requests.items()):
                 out.append(f'qvl_requests_total{{endpoint="{endpoint}",status="{status}"}} {n}')
-            family(
-                "qvl_request_latency_seconds", "histogram", "Chat completion latency, request to last token."
-            )
+            family("qvl_request_latency_seconds", "histogram", "Chat completion latency, request to last token.")
             out += self.latency.lines("qvl_request_latency_seconds")
             family("qvl_time_to_first_token_seconds", "histogram", "Engine time to first token.")
             out += self.ttft.lines("qvl_time_to_first_token_seconds")

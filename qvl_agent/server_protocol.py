@@ -137,9 +137,7 @@ class ImageDecoder:
         try:
             data = base64.b64decode(payload.strip(), validate=True)
         except (binascii.Error, ValueError):
-            raise ApiError(
-                400, "The image data is not valid base64.", param=param, code="invalid_base64"
-            ) from None
+            raise ApiError(400, "The image data is not valid base64.", param=param, code="invalid_base64") from None
         shot = self._from_bytes(data, param, "image")
         with self._lock:
             self._cache[key] = shot
@@ -281,9 +279,7 @@ def parse_chat_request(raw: bytes, decoder: ImageDecoder, default_max_tokens: in
     else:
         raise ApiError(400, "stop must be a string or a list of up to 4 non-empty strings.", param="stop")
     max_tokens = _number(body, "max_completion_tokens", None, 1, MAX_TOKENS_CAP, integer=True)
-    max_tokens = _number(
-        body, "max_tokens", max_tokens or default_max_tokens, 1, MAX_TOKENS_CAP, integer=True
-    )
+    max_tokens = _number(body, "max_tokens", max_tokens or default_max_tokens, 1, MAX_TOKENS_CAP, integer=True)
     options = GenerationOptions(
         max_new_tokens=max_tokens,
         temperature=float(_number(body, "temperature", 0.0, 0.0, 2.0)),
@@ -345,9 +341,7 @@ def completion_body(cid: str, model: str, text: str, finish: str, usage: dict, q
 
 
 def chunk_body(cid: str, model: str, delta: dict, finish: str | None = None, **extra) -> dict:
-    choices = (
-        [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
-    )
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
     return {
         "id": cid,
         "object": "chat.completion.chunk",

@@ -89,9 +89,7 @@ def reuse(url: str, token: str, max_tokens: int) -> None:
         ]
         follow = {"messages": history, "max_tokens": max_tokens}
         reused = http.post(url + "/v1/chat/completions", json=follow)
-        rebuilt = http.post(
-            url + "/v1/chat/completions", json=follow
-        )  # nothing pooled holds this history now
+        rebuilt = http.post(url + "/v1/chat/completions", json=follow)  # nothing pooled holds this history now
         for label, r in (("with reuse", reused), ("without reuse", rebuilt)):
             usage = r.json()["usage"]
             print(

@@ -48,5 +48,10 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300, input: st
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "qvl_agent", *args],
-        capture_output=True, text=True, env=full_env, timeout=timeout, input=input, cwd=cwd or ROOT,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+        input=input,
+        cwd=cwd or ROOT,
     )

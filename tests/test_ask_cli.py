@@ -19,14 +19,32 @@ def shot_png(tmp_path_factory):
 
 
 def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
-    r = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--stats",
-                "--max-new-tokens", "24", "What is this?", "And the title?")
+    r = run_cli(
+        "ask",
+        "--model",
+        str(tiny_model_dir),
+        "--image",
+        str(shot_png),
+        "--stats",
+        "--max-new-tokens",
+        "24",
+        "What is this?",
+        "And the title?",
+    )
     assert r.returncode == 0, r.stderr
     stats = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
     assert len(stats) == 2
     for s in stats:
-        assert set(s) >= {"preprocess_ms", "vision", "vision_ms", "prefill_tokens", "ttft_ms", "decode_tokens",
-                          "decode_tokens_per_s", "total_ms"}
+        assert set(s) >= {
+            "preprocess_ms",
+            "vision",
+            "vision_ms",
+            "prefill_tokens",
+            "ttft_ms",
+            "decode_tokens",
+            "decode_tokens_per_s",
+            "total_ms",
+        }
     assert stats[0]["vision"] == "miss" and stats[1]["vision"] == "hit"
     assert stats[1]["prefill_tokens"] < stats[0]["prefill_tokens"] / 10
     assert stats[0]["prefill_tokens"] > 2040  # the 1080p screenshot's 2040 visual tokens were prefilled
@@ -71,7 +89,8 @@ def bad_inputs(tmp_path_factory, shot_png):
 
 
 @pytest.mark.parametrize(
-    "case", ["missing", "empty", "not an image", "truncated png", "truncated jpeg", "corrupt png", "bomb", "folder"]
+    "case",
+    ["missing", "empty", "not an image", "truncated png", "truncated jpeg", "corrupt png", "bomb", "folder"],
 )
 def test_bad_image_exits_2_with_one_sentence(bad_inputs, case, tiny_model_dir):
     path, expected = bad_inputs[case]

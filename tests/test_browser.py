@@ -317,9 +317,7 @@ def test_bad_usage_and_a_missing_browser_give_one_sentence(tmp_path, server):
     )
     assert no_browser.returncode == 1
     assert "does not exist" in no_browser.stderr and "Traceback" not in no_browser.stderr
-    dead_url = run_cli(
-        *base, "--url", "http://127.0.0.1:9/", "--trace-dir", str(tmp_path / "t2"), "Go", env=ENV
-    )
+    dead_url = run_cli(*base, "--url", "http://127.0.0.1:9/", "--trace-dir", str(tmp_path / "t2"), "Go", env=ENV)
     assert dead_url.returncode == 1 and "could not be opened" in dead_url.stderr
 
 

@@ -41,9 +41,7 @@ def test_viewports_parse_or_refuse_in_one_sentence():
             B.parse_viewport(bad)
 
 
-def test_the_browser_comes_from_the_flag_then_the_setting_then_playwright_then_the_system(
-    tmp_path, monkeypatch
-):
+def test_the_browser_comes_from_the_flag_then_the_setting_then_playwright_then_the_system(tmp_path, monkeypatch):
     flag, setting, bundled = (tmp_path / name for name in ("flag-chrome", "env-chrome", "pw-chrome"))
     for exe in (flag, setting, bundled):
         exe.write_text("#!/bin/sh\n")

@@ -108,9 +108,7 @@ def replay(tmp: Path, replies: list[str]) -> str:
 
 
 def pointer() -> tuple[int, int]:
-    out = subprocess.run(
-        ["xdotool", "getmouselocation", "--shell"], capture_output=True, text=True, check=True
-    )
+    out = subprocess.run(["xdotool", "getmouselocation", "--shell"], capture_output=True, text=True, check=True)
     values = dict(line.split("=", 1) for line in out.stdout.split())
     return int(values["X"]), int(values["Y"])
 
@@ -122,17 +120,14 @@ def test_recorded_clicks_and_typing_land_in_the_real_window(app, tmp_path):
             "Thought: the name field is empty.\n"
             + call(action="left_click", coordinate=app.center("name"))
             + call(action="type", text="Ada Lovelace"),
-            call(action="left_click", coordinate=app.center("email"))
-            + call(action="type", text="ada@example.org"),
+            call(action="left_click", coordinate=app.center("email")) + call(action="type", text="ada@example.org"),
             call(action="left_click", coordinate=app.checkbox()),
             call(action="left_click", coordinate=app.center("submit")),
             call(action="terminate", status="success"),
         ],
     )
     trace_dir = tmp_path / "trace"
-    done = run_cli(
-        "run", "--engine", engine, "--yes", "--trace-dir", str(trace_dir), "Fill in the form and submit it"
-    )
+    done = run_cli("run", "--engine", engine, "--yes", "--trace-dir", str(trace_dir), "Fill in the form and submit it")
     assert done.returncode == 0, done.stderr
     state = app.state()
     assert state["name"] == "Ada Lovelace"
@@ -297,9 +292,7 @@ def test_confirm_mode_asks_on_the_terminal_and_a_no_stops_the_run(app, tmp_path)
         ],
     )
     # Without --yes every action waits for y/n: yes to the click and the typing, no to the checkbox.
-    done = run_cli(
-        "run", "--engine", engine, "--trace-dir", str(tmp_path / "t"), "Fill it", input="y\ny\nn\n"
-    )
+    done = run_cli("run", "--engine", engine, "--trace-dir", str(tmp_path / "t"), "Fill it", input="y\ny\nn\n")
     assert done.returncode == 1
     assert "Do it? [y/N]" in done.stderr and "declined" in done.stderr
     state = app.state()

@@ -133,7 +133,9 @@ def test_new_screenshot_in_a_later_turn_is_appended_not_recomputed(engine, prefi
     logits, _ = prefill.turn(session, "Step two.", [step2])
     stats = session.last_stats
     assert stats.vision == "miss" and stats.cached_tokens >= before
-    torch.testing.assert_close(logits, reference_logits(engine, turn_ids(session), [step1, step2]), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        logits, reference_logits(engine, turn_ids(session), [step1, step2]), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_sessions_do_not_see_each_others_state(engine, prefill):
@@ -227,6 +229,8 @@ def test_graph_friendly_prefill_matches_plain_transformers(engine):
         level = torch.zeros_like(embeds)
         level[0].index_copy_(0, index, values)
         dense.append(level)
-    hidden = text_forward(engine.model, embeds, engine.positions(target), DynamicCache(config=engine.model.config), dense)
+    hidden = text_forward(
+        engine.model, embeds, engine.positions(target), DynamicCache(config=engine.model.config), dense
+    )
     logits = engine.model.lm_head(hidden[:, -1])[0]
     torch.testing.assert_close(logits, reference_logits(engine, ids, [shot]), rtol=1e-4, atol=1e-4)

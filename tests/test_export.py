@@ -44,9 +44,7 @@ def body(source: str) -> list[str]:
     start = source.index("def replay(page, origin):")
     end = source.index("def main():")
     return [
-        line.strip()
-        for line in source[start:end].splitlines()[1:]
-        if line.strip() and not line.strip().startswith("#")
+        line.strip() for line in source[start:end].splitlines()[1:] if line.strip() and not line.strip().startswith("#")
     ]
 
 
@@ -70,9 +68,7 @@ def test_typing_that_submits_becomes_fill_then_enter_and_a_url_expectation():
     steps = [
         step("left_click", NAME, text(""), text(""), pixels=[[10, 10]]),
         step("type", NAME, text(""), None, text="Ada\n"),  # the form was submitted: the field is gone
-        step(
-            "left_click", GO, {"tag": "button"}, None, url="http://127.0.0.1:8000/done?x=1", pixels=[[5, 5]]
-        ),
+        step("left_click", GO, {"tag": "button"}, None, url="http://127.0.0.1:8000/done?x=1", pixels=[[5, 5]]),
     ]
     lines = body(compile_run(URL, steps).source)
     assert lines[:4] == [
@@ -127,9 +123,7 @@ def test_final_state_becomes_expect_assertions():
         ],
         "new_text": ["Thanks, Ada"],
     }
-    lines = body(
-        compile_run(URL, [step("left_click", GO, {"tag": "button"}, None, pixels=[[1, 1]])], final).source
-    )
+    lines = body(compile_run(URL, [step("left_click", GO, {"tag": "button"}, None, pixels=[[1, 1]])], final).source)
     assert lines[1:] == [
         'expect(page).to_have_url(origin + "/form.html#sent")',
         'expect(page.get_by_role("textbox", name="Name", exact=True)).to_have_value("Ada")',

@@ -176,9 +176,7 @@ def test_too_many_at_once_get_429_with_retry_after():
         async def burst():
             async with httpx.AsyncClient(timeout=60, headers=AUTH) as client:
                 body = {"messages": [user("a slow question with many words in it")]}
-                return await asyncio.gather(
-                    *(client.post(url + "/v1/chat/completions", json=body) for _ in range(10))
-                )
+                return await asyncio.gather(*(client.post(url + "/v1/chat/completions", json=body) for _ in range(10)))
 
         replies = asyncio.run(burst())
         codes = sorted(r.status_code for r in replies)
@@ -245,9 +243,7 @@ def test_32_concurrent_clients_each_get_their_own_replies():
                 text = f"client{n}-q{k}"
                 messages.append(user(text, shot) if k == 0 else user(text))
                 stream = k % 2 == 1
-                r = await http.post(
-                    url + "/v1/chat/completions", json={"messages": messages, "stream": stream}
-                )
+                r = await http.post(url + "/v1/chat/completions", json={"messages": messages, "stream": stream})
                 if r.status_code == 429:
                     assert r.json()["error"]["code"] == "rate_limit_exceeded" and "Retry-After" in r.headers
                     results.setdefault(text, []).append("refused")
@@ -255,21 +251,15 @@ def test_32_concurrent_clients_each_get_their_own_replies():
                     continue
                 assert r.status_code == 200, r.text
                 if stream:
-                    chunks = [
-                        json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")
-                    ]
-                    reply = "".join(
-                        c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"]
-                    )
+                    chunks = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+                    reply = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
                 else:
                     reply = r.json()["choices"][0]["message"]["content"]
                 results.setdefault(text, []).append(reply)
                 messages.append({"role": "assistant", "content": reply})
 
         async def main():
-            async with httpx.AsyncClient(
-                timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=64)
-            ) as http:
+            async with httpx.AsyncClient(timeout=120, headers=AUTH, limits=httpx.Limits(max_connections=64)) as http:
                 await asyncio.gather(*(client(n, http) for n in range(32)))
 
         asyncio.run(main())

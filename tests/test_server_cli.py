@@ -45,9 +45,7 @@ def test_token_is_created_once_with_mode_0600_and_printed_in_the_page_address(tm
 
 
 def test_token_from_the_environment_wins(tmp_path):
-    url, proc, printed = start_serve(
-        "--engine", replay_file(tmp_path), config_dir=tmp_path, token="env-token"
-    )
+    url, proc, printed = start_serve("--engine", replay_file(tmp_path), config_dir=tmp_path, token="env-token")
     try:
         assert "API token from QVL_API_TOKEN." in printed
         assert not (tmp_path / "api_token").exists()
@@ -70,9 +68,7 @@ def test_no_token_only_on_loopback(tmp_path):
     assert "--no-token is only allowed on a loopback address" in result.stderr
     assert "Traceback" not in result.stderr
 
-    url, proc, printed = start_serve(
-        "--no-token", "--engine", replay_file(tmp_path), config_dir=tmp_path, token=None
-    )
+    url, proc, printed = start_serve("--no-token", "--engine", replay_file(tmp_path), config_dir=tmp_path, token=None)
     try:
         assert printed[-1] == f"Chat page: {url}/"
         r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]})
@@ -98,7 +94,5 @@ def test_a_busy_port_and_bad_flags_are_one_sentence(tmp_path):
     assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
     result = run_cli("serve", "--port", "70000", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "t"})
     assert result.returncode == 2 and "--port must be from 0 to 65535" in result.stderr
-    result = run_cli(
-        "serve", "--engine", "openai:ftp://x", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "t"}
-    )
+    result = run_cli("serve", "--engine", "openai:ftp://x", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "t"})
     assert result.returncode == 2 and "needs an http:// or https:// URL" in result.stderr

@@ -170,9 +170,7 @@ def test_32_concurrent_clients_get_their_own_answers(server):
         return got
 
     async def main():
-        async with httpx.AsyncClient(
-            timeout=300, headers=headers, limits=httpx.Limits(max_connections=64)
-        ) as http:
+        async with httpx.AsyncClient(timeout=300, headers=headers, limits=httpx.Limits(max_connections=64)) as http:
             return await asyncio.gather(*(client(n, http) for n in range(32)))
 
     start = time.perf_counter()

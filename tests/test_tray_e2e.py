@@ -27,9 +27,7 @@ REPLY = "The screen shows a **desktop** with a tray at the bottom."
 
 def xdo(display: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = dict(os.environ, DISPLAY=display)
-    return subprocess.run(
-        ["xdotool", *args], env=env, capture_output=True, text=True, timeout=20, check=check
-    )
+    return subprocess.run(["xdotool", *args], env=env, capture_output=True, text=True, timeout=20, check=check)
 
 
 def visible_windows(display: str, pattern: str) -> list[str]:
@@ -74,9 +72,7 @@ class Tray:
                 ):
                     return event
             if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"the tray app exited ({self.proc.returncode}): {self.proc.stderr.read()}"
-                )
+                raise AssertionError(f"the tray app exited ({self.proc.returncode}): {self.proc.stderr.read()}")
             time.sleep(0.02)
         raise AssertionError(f"no {name!r} event within {timeout} s; events: {self.events()}")
 
@@ -185,9 +181,7 @@ def test_hotkey_question_streamed_answer_and_quit_from_the_tray_menu(tray_factor
 
 def test_a_hotkey_before_the_model_is_ready_says_loading(tray_factory, tmp_path):
     # A model directory that is not there: the engine never becomes ready, the hotkey must not block.
-    tray = tray_factory(
-        [], env={"QVL_ENGINE": "local", "QVL_MODEL": str(tmp_path / "no-such-model")}, args=[]
-    )
+    tray = tray_factory([], env={"QVL_ENGINE": "local", "QVL_MODEL": str(tmp_path / "no-such-model")}, args=[])
     tray.wait_event("started")
     t0 = time.time()
     xdo(tray.display, "key", "ctrl+alt+q")
@@ -270,9 +264,7 @@ def test_region_hotkey_drag_asks_about_just_that_region(tray_factory):
 
 
 def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory):
-    click = json.dumps(
-        {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500]}}
-    )
+    click = json.dumps({"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 500]}})
     done = json.dumps({"name": "computer_use", "arguments": {"action": "terminate", "status": "success"}})
     # Auto mode: no yes/no dialog, the marker alone announces the click.
     tray = tray_factory(

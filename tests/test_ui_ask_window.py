@@ -48,9 +48,7 @@ def open_window(qtbot, host, shot=None, **kw):
     from qvl_agent.ui.ask_window import AskWindow
 
     events = []
-    win = AskWindow(
-        host, shot or make_shot(), on_event=lambda name, **data: events.append((name, data)), **kw
-    )
+    win = AskWindow(host, shot or make_shot(), on_event=lambda name, **data: events.append((name, data)), **kw)
     win.show()
     return win, events
 
@@ -62,9 +60,7 @@ def ask(qtbot, win, text, timeout=60_000):
 
 
 def test_answer_streams_as_markdown_and_follow_up_reuses_session(qtbot, host):
-    engine = ReplayEngine(
-        ["The window shows **two buttons**: OK and Cancel.", "The OK button is on the left."]
-    )
+    engine = ReplayEngine(["The window shows **two buttons**: OK and Cancel.", "The OK button is on the left."])
     load(qtbot, host, engine)
     win, events = open_window(qtbot, host)
     assert win.windowTitle().startswith("qvl-agent")

@@ -24,9 +24,7 @@ def qapp_args():
 
 def call(action: str, **args) -> str:
     return (
-        "<tool_call>"
-        + json.dumps({"name": "computer_use", "arguments": {"action": action, **args}})
-        + "</tool_call>"
+        "<tool_call>" + json.dumps({"name": "computer_use", "arguments": {"action": action, **args}}) + "</tool_call>"
     )
 
 

@@ -98,9 +98,7 @@ def test_url_is_read_confirmed_and_a_verified_script_is_saved_and_opened(qtbot, 
     assert script.read_text().count('name="Place order"') == 1
     # The saved script runs again with plain python and reaches the same end state.
     env = dict(os.environ, QVL_BROWSER=os.environ.get("QVL_BROWSER") or shutil.which("chromium"))
-    replay = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env
-    )
+    replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     # The address question and the script request each carried one screenshot: the screen, then the page.
     assert [len(r.image_hashes) for r in engine.requests] == [1, 1, 0]

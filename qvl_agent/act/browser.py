@@ -128,9 +128,7 @@ def parse_viewport(text: str) -> tuple[int, int]:
     return w, h
 
 
-def find_browser(
-    explicit: str | None = None, configured: str = "", playwright_default: str | None = None
-) -> str:
+def find_browser(explicit: str | None = None, configured: str = "", playwright_default: str | None = None) -> str:
     """The Chromium to launch: --browser PATH, then settings.browser (QVL_BROWSER), then Playwright's own
     install, then a system Chromium. BrowserError when there is none."""
     for path, origin in ((explicit, "--browser"), (configured, "QVL_BROWSER / the browser setting")):

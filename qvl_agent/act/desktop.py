@@ -140,8 +140,7 @@ class DesktopExecutor:
         unknown = [k for k, n in zip(keys, names, strict=True) if not valid(n)]
         if unknown:
             raise ActionError(
-                f"Unknown key {unknown[0]!r}; use names like enter, esc, tab, ctrl, alt, shift, up, f5 "
-                "or a letter."
+                f"Unknown key {unknown[0]!r}; use names like enter, esc, tab, ctrl, alt, shift, up, f5 or a letter."
             )
         return names
 
@@ -149,9 +148,7 @@ class DesktopExecutor:
         valid = getattr(self.input, "isValidKey", lambda k: True)
         missing = sorted({c for c in text if not valid(c)})
         if missing:
-            raise ActionError(
-                f"Cannot type {''.join(missing)!r} with this keyboard; type plain ASCII text instead."
-            )
+            raise ActionError(f"Cannot type {''.join(missing)!r} with this keyboard; type plain ASCII text instead.")
         for char in text:
             self.interrupt()  # a long text must not outlive the emergency stop
             self.input.write(char)
@@ -198,9 +195,7 @@ class DesktopExecutor:
                 pg.moveTo(px, py, duration=DRAG_S)
             finally:
                 pg.mouseUp(button="left")
-            return ActionResult(
-                True, f"dragged ({sx}, {sy}) -> ({px}, {py})", {"pixels": [[sx, sy], [px, py]]}
-            )
+            return ActionResult(True, f"dragged ({sx}, {sy}) -> ({px}, {py})", {"pixels": [[sx, sy], [px, py]]})
         if isinstance(action, A.Key):
             names = self._keys(action.keys)
             pg.hotkey(*names)

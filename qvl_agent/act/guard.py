@@ -100,11 +100,7 @@ class HotkeyListener:
             from pynput import keyboard
 
             self._listener = keyboard.GlobalHotKeys(
-                {
-                    self.hotkey: lambda: self.switch.stop(
-                        f"The emergency stop hotkey {self.hotkey} was pressed."
-                    )
-                }
+                {self.hotkey: lambda: self.switch.stop(f"The emergency stop hotkey {self.hotkey} was pressed.")}
             )
             self._listener.start()
             self._listener.wait()  # the X11 recording context is live once this returns

@@ -27,9 +27,7 @@ class Recorded:
 class RecordingExecutor:
     name = "recording"
 
-    def __init__(
-        self, screens: Sequence[Screenshot] | Callable[[], Screenshot], fail: dict[str, str] | None = None
-    ):
+    def __init__(self, screens: Sequence[Screenshot] | Callable[[], Screenshot], fail: dict[str, str] | None = None):
         self._screens = screens
         self._shown = 0
         self.fail = dict(fail or {})

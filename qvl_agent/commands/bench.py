@@ -6,10 +6,13 @@ import sys
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="benchmark the engine against plain transformers",
-                       description=__doc__.splitlines()[0])
-    p.add_argument("--model", help="model directory or id (default: random weights in the real 2B shape "
-                                   "on a GPU, the tiny shape on a CPU)")
+    p = sub.add_parser(
+        "bench", help="benchmark the engine against plain transformers", description=__doc__.splitlines()[0]
+    )
+    p.add_argument(
+        "--model",
+        help="model directory or id (default: random weights in the real 2B shape on a GPU, the tiny shape on a CPU)",
+    )
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
     p.add_argument("--reps", type=int, default=5, help="runs per scenario; medians are reported")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")

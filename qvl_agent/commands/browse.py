@@ -26,9 +26,7 @@ from qvl_agent.trace import TraceWriter
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "browse", help="carry out a task in a browser page", description=__doc__.splitlines()[0]
-    )
+    p = sub.add_parser("browse", help="carry out a task in a browser page", description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True, help="the page to start on (http://, https:// or file://)")
     add_engine_args(p)
     p.add_argument("--export", metavar="FILE", help="write a Playwright script replaying a successful run")

@@ -123,9 +123,7 @@ def check_hotkeys(desktop: dict) -> Check:
             error,
             "on X11 the server needs the RECORD extension; on macOS allow Accessibility access.",
         )
-    return Check(
-        "hotkeys", "ok", "pynput global hotkeys work (X11)" if os.environ.get("DISPLAY") else "pynput"
-    )
+    return Check("hotkeys", "ok", "pynput global hotkeys work (X11)" if os.environ.get("DISPLAY") else "pynput")
 
 
 def check_gpu(settings: Settings) -> Check:
@@ -135,9 +133,7 @@ def check_gpu(settings: Settings) -> Check:
         return Check("gpu", "fail", f"torch cannot be imported: {exc}", "reinstall: scripts/setup")
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        return Check(
-            "gpu", "ok", f"{props.name}, {props.total_memory / 2**30:.0f} GiB (torch {torch.__version__})"
-        )
+        return Check("gpu", "ok", f"{props.name}, {props.total_memory / 2**30:.0f} GiB (torch {torch.__version__})")
     if settings.device.startswith("cuda"):
         return Check(
             "gpu",
@@ -158,13 +154,9 @@ def check_model(settings: Settings) -> Check:
         path = Path(settings.engine.removeprefix("replay:"))
         if path.is_file():
             return Check("model", "ok", f"replay engine {path}: no model needed")
-        return Check(
-            "model", "fail", f"the replay file {path} does not exist.", "pass an existing JSON file."
-        )
+        return Check("model", "fail", f"the replay file {path} does not exist.", "pass an existing JSON file.")
     if settings.engine.startswith("openai:"):
-        return Check(
-            "model", "ok", f"remote engine {settings.engine.removeprefix('openai:')}: no local model"
-        )
+        return Check("model", "ok", f"remote engine {settings.engine.removeprefix('openai:')}: no local model")
     model = settings.model
     path = Path(model).expanduser()
     download = f"huggingface-cli download {model} --local-dir DIR, then set model to DIR"
@@ -177,9 +169,7 @@ def check_model(settings: Settings) -> Check:
                 "point --model (or the model setting) at a folder from save_pretrained or a download.",
             )
         if not list(path.glob("*.safetensors")) and not list(path.glob("*.bin")):
-            return Check(
-                "model", "fail", f"{path} has a config but no weights.", "download the weights again."
-            )
+            return Check("model", "fail", f"{path} has a config but no weights.", "download the weights again.")
         return Check("model", "ok", f"local folder {path}")
     try:
         from huggingface_hub import try_to_load_from_cache
@@ -191,9 +181,7 @@ def check_model(settings: Settings) -> Check:
         if list(snapshot.glob("*.safetensors")):
             return Check("model", "ok", f"{model} in the Hugging Face cache ({snapshot})")
         return Check("model", "fail", f"{model} is in the cache without its weights.", download)
-    return Check(
-        "model", "fail", f"{model} is not in the Hugging Face cache (first use downloads it).", download
-    )
+    return Check("model", "fail", f"{model} is not in the Hugging Face cache (first use downloads it).", download)
 
 
 def playwright_chromium() -> str | None:

@@ -173,9 +173,7 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"Cannot write the script to {output}: the folder {output.parent} does not exist.")
 
     # Look at the page once, then close that browser: verification uses a fresh one for every script.
-    executor = BrowserExecutor(
-        args.url, browser=args.browser, configured_browser=settings.browser, viewport=viewport
-    )
+    executor = BrowserExecutor(args.url, browser=args.browser, configured_browser=settings.browser, viewport=viewport)
     try:
         shot = executor.observe()
         snapshot = executor.aria_snapshot()

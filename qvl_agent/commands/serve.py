@@ -57,9 +57,7 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise UsageError(
-            f"Cannot listen on {host}:{port} ({exc.strerror}); is another server using it?"
-        ) from None
+        raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}); is another server using it?") from None
     sock.listen(128)
     sock.set_inheritable(True)
     return sock

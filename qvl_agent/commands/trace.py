@@ -47,25 +47,19 @@ def format_trace(directory) -> str:
         for r in s.get("results", []):
             pixels = " ".join(f"({x}, {y})" for x, y in r.get("pixels", []))
             mark = "ok " if r.get("ok") else "ERR"
-            out.append(
-                f"  {mark} {r.get('action')}{'  px ' + pixels if pixels else ''}  {r.get('message', '')}"
-            )
+            out.append(f"  {mark} {r.get('action')}{'  px ' + pixels if pixels else ''}  {r.get('message', '')}")
         if s.get("error"):
             out.append(f"  error: {s['error']}")
         timings = s.get("timings") or {}
         if timings:
-            out.append(
-                "  timings: " + ", ".join(f"{k.removesuffix('_ms')} {v:.0f} ms" for k, v in timings.items())
-            )
+            out.append("  timings: " + ", ".join(f"{k.removesuffix('_ms')} {v:.0f} ms" for k, v in timings.items()))
     if trace.end:
         e = trace.end
         out.append(f"\nend      {e.get('status')} after {e.get('steps')} steps: {e.get('message', '')}")
         if e.get("answer"):
             out.append(f"answer   {e['answer']}")
     else:
-        out.append(
-            f"\nend      the run did not finish (crashed or still running); {len(trace.steps)} steps recorded"
-        )
+        out.append(f"\nend      the run did not finish (crashed or still running); {len(trace.steps)} steps recorded")
     if trace.damaged_lines:
         out.append(f"note     {trace.damaged_lines} damaged line(s) skipped")
     return "\n".join(out)

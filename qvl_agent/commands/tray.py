@@ -27,9 +27,7 @@ SEND_COMMANDS = ("ask", "region", "task", "settings", "quit")
 
 
 def register(sub) -> None:
-    p = sub.add_parser(
-        "tray", help="tray icon and hotkeys: ask about the screen", description=__doc__.splitlines()[0]
-    )
+    p = sub.add_parser("tray", help="tray icon and hotkeys: ask about the screen", description=__doc__.splitlines()[0])
     add_engine_args(p)
     p.add_argument(
         "--send", choices=SEND_COMMANDS, metavar="COMMAND",

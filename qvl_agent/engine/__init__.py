@@ -1,8 +1,8 @@
 """Engines: `open_engine` turns an `--engine` spec into a resident engine.
 
-    local          the Qwen3-VL model on this machine (transformers), `--model` id or directory
-    replay:FILE    recorded replies from a JSON array of strings (tests, demos)
-    openai:URL     any OpenAI-compatible server (qvl-agent serve, vLLM, SGLang)
+local          the Qwen3-VL model on this machine (transformers), `--model` id or directory
+replay:FILE    recorded replies from a JSON array of strings (tests, demos)
+openai:URL     any OpenAI-compatible server (qvl-agent serve, vLLM, SGLang)
 """
 
 from __future__ import annotations

@@ -42,11 +42,11 @@ def ui_screenshot(seed: int, width: int = 1920, height: int = 1080) -> Screensho
     for _ in range(14):  # panels and buttons
         x, y = int(rng.integers(0, width - 300)), int(rng.integers(40, height - 120))
         w, h = int(rng.integers(80, 300)), int(rng.integers(24, 120))
-        img[y:y + h, x:x + w, :3] = rng.integers(90, 250, 3)
+        img[y : y + h, x : x + w, :3] = rng.integers(90, 250, 3)
     for row in range(60, height, 22):  # lines of "text"
         for x in range(int(rng.integers(10, 60)), width - 40, int(rng.integers(9, 14))):
             if rng.random() < 0.7:
-                img[row:row + 10, x:x + 6, :3] = rng.integers(10, 80)
+                img[row : row + 10, x : x + 6, :3] = rng.integers(10, 80)
     return Screenshot(img.tobytes(), width, height, "BGRA", source=f"bench-{seed}")
 
 
@@ -68,9 +68,15 @@ class Result:
         e = statistics.median(self.engine) if self.engine else float("nan")
         b = statistics.median(self.baseline) if self.baseline else float("nan")
         speedup = (e / b) if self.higher_is_better else (b / e)
-        return {"scenario": self.name, "unit": self.unit, "engine": round(e, 2), "baseline": round(b, 2),
-                "speedup": round(speedup, 2), "engine_runs": [round(v, 2) for v in self.engine],
-                "baseline_runs": [round(v, 2) for v in self.baseline]}
+        return {
+            "scenario": self.name,
+            "unit": self.unit,
+            "engine": round(e, 2),
+            "baseline": round(b, 2),
+            "speedup": round(speedup, 2),
+            "engine_runs": [round(v, 2) for v in self.engine],
+            "baseline_runs": [round(v, 2) for v in self.baseline],
+        }
 
 
 class Baseline:
@@ -103,7 +109,7 @@ class Baseline:
         self.model.model.rope_deltas = None
         out = self.model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
         _sync(self.device)
-        return time.perf_counter() - start, out[0, inputs["input_ids"].shape[1]:]
+        return time.perf_counter() - start, out[0, inputs["input_ids"].shape[1] :]
 
 
 def _sync(device) -> None:
@@ -167,8 +173,11 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     t0 = time.perf_counter()
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
 
-    base_model = Qwen3VLForConditionalGeneration.from_pretrained(
-        model, dtype=engine.dtype, attn_implementation="sdpa").to(dev).eval()
+    base_model = (
+        Qwen3VLForConditionalGeneration.from_pretrained(model, dtype=engine.dtype, attn_implementation="sdpa")
+        .to(dev)
+        .eval()
+    )
     base = Baseline(base_model, AutoProcessor.from_pretrained(model), dev)
     _sync(dev)
     results["e"] = Result("(e) start to ready", [ready_s], [time.perf_counter() - t0], unit="s")
@@ -188,8 +197,12 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
 
     a = results["a"] = Result("(a) fresh screenshot -> first token")
     b = results["b"] = Result("(b) follow-up -> first token")
-    parts: dict[str, list[float]] = {"preprocess_ms": [], "vision_ms": [], "a_prefill_tokens": [],
-                                     "b_prefill_tokens": []}
+    parts: dict[str, list[float]] = {
+        "preprocess_ms": [],
+        "vision_ms": [],
+        "a_prefill_tokens": [],
+        "b_prefill_tokens": [],
+    }
     for _ in range(reps):
         shot, png = fresh()
         session = engine.open_session([shot])
@@ -232,28 +245,32 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     shot, png = fresh()
     session = engine.open_session([shot])
     session.complete(QUESTION, options=GenerationOptions(max_new_tokens=32, min_new_tokens=32))
-    fast_ids = session.context.ids[session.last_stats.prompt_tokens:]
+    fast_ids = session.context.ids[session.last_stats.prompt_tokens :]
     _, ref_ids = base.generate([(png, QUESTION, None)], 32)
     ref_ids = ref_ids.tolist()
     logits = []
-    hook = engine.model.lm_head.register_forward_hook(lambda m, i, o: logits.append(o[0, -1].float().clone()))
+    hook = engine.model.lm_head.register_forward_hook(
+        lambda m, i, o: logits.append(o.reshape(-1, o.shape[-1])[-1].float().clone())
+    )
     engine.open_session([shot]).complete(QUESTION, options=GenerationOptions(max_new_tokens=1, min_new_tokens=1))
     hook.remove()
     with torch.inference_mode():
         base.model.model.rope_deltas = None
         ref_logits = base.model(**base._inputs([(png, QUESTION, None)])).logits[0, -1].float()
     logit_diff = (logits[0] - ref_logits).abs().max().item()
-    agree = next((i for i, (x, y) in enumerate(zip(fast_ids, ref_ids)) if x != y), min(len(fast_ids), len(ref_ids)))
+    agree = next(
+        (i for i, (x, y) in enumerate(zip(fast_ids, ref_ids, strict=False)) if x != y), min(len(fast_ids), len(ref_ids))
+    )
 
     report = {
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "model": "random weights, " + ("Qwen3-VL-2B shape" if tmp and dev.type == "cuda" else "tiny shape")
-        if tmp else model,
+        if tmp
+        else model,
         "cuda_graphs": bool(engine.fast),
         "cuda_graphs_problem": engine.fast_problem,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
-        "vision_attention": str(engine.vision_attention),
         "rows": [r.row() for r in results.values()],
         "greedy_tokens_agreeing_with_generate": f"{agree}/{len(ref_ids)}",
         "first_token_max_abs_logit_diff": round(logit_diff, 5),
@@ -269,16 +286,18 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
 def format_table(report: dict) -> str:
     lines = [
         f"device: {report['device']}  torch {report['torch']}  model: {report['model']}  "
-        f"CUDA graphs: {report['cuda_graphs']} ({report['prefill_graphs']} prefill) {report['cuda_graphs_problem']}"
-        f"  vision attention: {report['vision_attention']}",
+        f"CUDA graphs: {report['cuda_graphs']} ({report['prefill_graphs']} prefill) {report['cuda_graphs_problem']}",
         f"{'scenario':66} {'engine':>10} {'baseline':>10} {'speedup':>8}",
     ]
     for r in report["rows"]:
-        lines.append(f"{r['scenario']:66} {r['engine']:>8} {r['unit']:<3}{r['baseline']:>8} {r['unit']:<3}"
-                     f"{r['speedup']:>6}x")
-    lines.append(f"greedy tokens agreeing with generate: {report['greedy_tokens_agreeing_with_generate']}; "
-                 f"first-token max |logit diff| {report['first_token_max_abs_logit_diff']} "
-                 f"(logits up to {report['first_token_logit_scale']})")
+        lines.append(
+            f"{r['scenario']:66} {r['engine']:>8} {r['unit']:<3}{r['baseline']:>8} {r['unit']:<3}{r['speedup']:>6}x"
+        )
+    lines.append(
+        f"greedy tokens agreeing with generate: {report['greedy_tokens_agreeing_with_generate']}; "
+        f"first-token max |logit diff| {report['first_token_max_abs_logit_diff']} "
+        f"(logits up to {report['first_token_logit_scale']})"
+    )
     lines.append(f"engine breakdown (medians): {report['engine_breakdown_medians']}")
     if report["peak_gpu_memory_gib"] is not None:
         lines.append(f"peak GPU memory: {report['peak_gpu_memory_gib']} GiB")

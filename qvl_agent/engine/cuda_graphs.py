@@ -37,14 +37,20 @@ class KVSlot:
         text = model.config.get_text_config()
         self.spans = tuple(sorted({s for s in self.SPANS if s < max_len} | {max_len}))
         self.max_len = max_len
-        init = dict(batch_size=1, num_heads=text.num_key_value_heads, head_dim=text.head_dim, dtype=dtype, device=device)
+        init = dict(
+            batch_size=1,
+            num_heads=text.num_key_value_heads,
+            head_dim=text.head_dim,
+            dtype=dtype,
+            device=device,
+        )
         self.cache = StaticCache(config=model.config, max_cache_len=max_len)
         self.cache.early_initialization(**init)
         self.views: dict[int, object] = {max_len: self.cache}
         for span in self.spans[:-1]:
             view = StaticCache(config=model.config, max_cache_len=span)
             view.early_initialization(**init)
-            for full, part in zip(self.cache.layers, view.layers):
+            for full, part in zip(self.cache.layers, view.layers, strict=True):
                 part.keys = full.keys[:, :, :span]
                 part.values = full.values[:, :, :span]
                 part.cumulative_length = full.cumulative_length  # one counter for every view
@@ -63,7 +69,7 @@ class KVSlot:
 
     def load(self, dynamic, n: int, owner: str) -> None:
         """Copy the first `n` positions of a session's DynamicCache into the slot."""
-        for src, dst in zip(dynamic.layers, self.cache.layers):
+        for src, dst in zip(dynamic.layers, self.cache.layers, strict=True):
             if n:
                 dst.keys[:, :, :n].copy_(src.keys[:, :, :n])
                 dst.values[:, :, :n].copy_(src.values[:, :, :n])
@@ -74,7 +80,7 @@ class KVSlot:
         """Append slot positions [start, end) to a session's DynamicCache holding exactly `start`."""
         if end <= start:
             return
-        for src, dst in zip(self.cache.layers, dynamic.layers):
+        for src, dst in zip(self.cache.layers, dynamic.layers, strict=True):
             k, v = src.keys[:, :, start:end], src.values[:, :, start:end]
             if dst.is_initialized and dst.keys is not None and dst.keys.numel():
                 dst.keys = torch.cat([dst.keys[:, :, :start], k], dim=2)
@@ -92,13 +98,19 @@ def text_forward(model, embeds: torch.Tensor, pos: torch.Tensor, cache, deepstac
     from transformers.masking_utils import create_causal_mask
 
     lm = model.model.language_model
-    mask = create_causal_mask(config=lm.config, inputs_embeds=embeds, attention_mask=None, cache=cache,
-                              position_ids=None)
+    mask = create_causal_mask(
+        config=lm.config, inputs_embeds=embeds, attention_mask=None, cache=cache, position_ids=None
+    )
     position_embeddings = lm.rotary_emb(embeds, pos)
     hidden = embeds
     for i, layer in enumerate(lm.layers):
-        hidden = layer(hidden, attention_mask=mask, position_ids=None, cache=cache,
-                       position_embeddings=position_embeddings)
+        hidden = layer(
+            hidden,
+            attention_mask=mask,
+            position_ids=None,
+            cache=cache,
+            position_embeddings=position_embeddings,
+        )
         if i < len(deepstack):
             hidden = hidden + deepstack[i]
     return lm.norm(hidden)
@@ -154,7 +166,8 @@ class GraphRunner:
                     deepstack = [torch.zeros_like(embeds) for _ in range(self.levels)]
                     cache = self.slot.views[span]
                     graph, hidden = self._capture(
-                        lambda e=embeds, p=pos, d=deepstack, c=cache: text_forward(self.model, e, p, c, d))
+                        lambda e=embeds, p=pos, d=deepstack, c=cache: text_forward(self.model, e, p, c, d)
+                    )
                     self.prefill[(size, span)] = (graph, embeds, pos, deepstack, hidden)
         except Exception as exc:  # keep whatever was captured before; decode graphs still help
             self.problem = f"prefill graphs: {type(exc).__name__}: {exc}"
@@ -164,7 +177,8 @@ class GraphRunner:
             pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
             cache = self.slot.views[span]
             graph, logits = self._capture(
-                lambda i=ids, p=pos, c=cache: self.model(input_ids=i, position_ids=p, cache=c, use_cache=True).logits)
+                lambda i=ids, p=pos, c=cache: self.model(input_ids=i, position_ids=p, cache=c, use_cache=True).logits
+            )
             self.decode[span] = (graph, ids, pos, logits)
         self.slot.set_length(start)
         torch.cuda.synchronize(device)
@@ -187,7 +201,7 @@ class GraphRunner:
         emb_buf[:, n:].zero_()
         pos_buf[:, :, :n].copy_(pos)
         pos_buf[:, :, n:].copy_(pos[:, :, -1:].expand(-1, -1, size - n))
-        for buf, level in zip(ds_bufs, deepstack or [None] * len(ds_bufs)):
+        for buf, level in zip(ds_bufs, deepstack or [None] * len(ds_bufs), strict=True):
             buf.zero_()
             if level is not None:
                 buf[0].index_copy_(0, level[0], level[1].to(buf.dtype))
@@ -213,8 +227,11 @@ def vision_kwargs(grid: torch.Tensor, visual, config) -> dict:
 
     kwargs: dict = {}
     indices, weights = vu.get_vision_interpolation_indices_and_weights(
-        grid, num_grid_per_side=visual.num_grid_per_side, mode=visual.interpolation_mode,
-        align_corners=visual.interpolation_align_corners, spatial_merge_size=config.spatial_merge_size,
+        grid,
+        num_grid_per_side=visual.num_grid_per_side,
+        mode=visual.interpolation_mode,
+        align_corners=visual.interpolation_align_corners,
+        spatial_merge_size=config.spatial_merge_size,
     )
     kwargs["interp_indices"], kwargs["interp_weights"] = indices, weights
     kwargs["position_ids"] = vu.get_vision_position_ids(grid, visual.spatial_merge_size)

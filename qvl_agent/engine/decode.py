@@ -54,6 +54,6 @@ class TextStream:
 
     def _take(self, text: str, end: int | None) -> str:
         end = len(text) if end is None else end
-        piece = text[self.emitted:end] if end > self.emitted else ""
+        piece = text[self.emitted : end] if end > self.emitted else ""
         self.emitted = max(self.emitted, end)
         return piece

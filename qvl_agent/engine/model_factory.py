@@ -13,9 +13,20 @@ import json
 from pathlib import Path
 
 SPECIAL_TOKENS = [
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 ]
 # Not special in Qwen's vocabulary (they must survive skip_special_tokens), but single tokens.
 ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
@@ -39,7 +50,7 @@ CHAT_TEMPLATE = (
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
     "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
     "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name and arguments "
-    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\n</tool_call><|im_end|>\n"
     "{% elif messages[0].role == 'system' %}"
     "<|im_start|>system{{ '\\n' + render(messages[0].content) }}<|im_end|>\n"
@@ -47,7 +58,8 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}"
     "{% if message.role == 'system' and loop.first %}"
     "{% elif message.role == 'tool' %}"
-    "<|im_start|>user{{ '\\n' }}<tool_response>{{ '\\n' + render(message.content) + '\\n' }}</tool_response><|im_end|>{{ '\\n' }}"
+    "<|im_start|>user{{ '\\n' }}<tool_response>{{ '\\n' + render(message.content) + '\\n' }}"
+    "</tool_response><|im_end|>{{ '\\n' }}"
     "{% else %}"
     "<|im_start|>{{ message.role + '\\n' + render(message.content) }}<|im_end|>{{ '\\n' }}"
     "{% endif %}"
@@ -108,14 +120,25 @@ def build_processor(tokenizer=None):
     )
     video_processor = Qwen3VLVideoProcessor(patch_size=16, temporal_patch_size=2, merge_size=2)
     return Qwen3VLProcessor(
-        image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor,
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
         chat_template=CHAT_TEMPLATE,
     )
 
 
 def _token_ids(tokenizer) -> dict:
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|video_pad|>", "<|vision_start|>",
-                                                           "<|vision_end|>", "<|im_end|>", "<|endoftext|>")}
+    ids = {
+        t: tokenizer.convert_tokens_to_ids(t)
+        for t in (
+            "<|image_pad|>",
+            "<|video_pad|>",
+            "<|vision_start|>",
+            "<|vision_end|>",
+            "<|im_end|>",
+            "<|endoftext|>",
+        )
+    }
     return {
         "image_token_id": ids["<|image_pad|>"],
         "video_token_id": ids["<|video_pad|>"],
@@ -133,20 +156,42 @@ def tiny_config(tokenizer):
     ids = _token_ids(tokenizer)
     return Qwen3VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
-            rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [4, 2, 2],
-                             "mrope_interleaved": True},
-            eos_token_id=ids["eos"], pad_token_id=ids["pad"], bos_token_id=ids["pad"],
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=32768,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": [4, 2, 2],
+                "mrope_interleaved": True,
+            },
+            eos_token_id=ids["eos"],
+            pad_token_id=ids["pad"],
+            bos_token_id=ids["pad"],
             initializer_range=0.3,  # wide random weights: greedy decoding then wanders instead of repeating
         ),
         vision_config=dict(
             initializer_range=0.3,
-            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
-            temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256, deepstack_visual_indexes=[0, 1],
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=64,
+            num_position_embeddings=256,
+            deepstack_visual_indexes=[0, 1],
         ),
-        image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"],
-        vision_start_token_id=ids["vision_start_token_id"], vision_end_token_id=ids["vision_end_token_id"],
+        image_token_id=ids["image_token_id"],
+        video_token_id=ids["video_token_id"],
+        vision_start_token_id=ids["vision_start_token_id"],
+        vision_end_token_id=ids["vision_end_token_id"],
         tie_word_embeddings=True,
     )
 
@@ -158,19 +203,41 @@ def qwen3vl_2b_config(tokenizer):
     ids = _token_ids(tokenizer)
     return Qwen3VLConfig(
         text_config=dict(
-            vocab_size=151_936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-            num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=262_144,
-            rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
-                             "mrope_interleaved": True},
-            eos_token_id=ids["eos"], pad_token_id=ids["pad"], bos_token_id=ids["pad"], dtype="bfloat16",
+            vocab_size=151_936,
+            hidden_size=2048,
+            intermediate_size=6144,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=262_144,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": [24, 20, 20],
+                "mrope_interleaved": True,
+            },
+            eos_token_id=ids["eos"],
+            pad_token_id=ids["pad"],
+            bos_token_id=ids["pad"],
+            dtype="bfloat16",
         ),
         vision_config=dict(
-            depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, patch_size=16, spatial_merge_size=2,
-            temporal_patch_size=2, out_hidden_size=2048, num_position_embeddings=2304,
+            depth=24,
+            hidden_size=1024,
+            intermediate_size=4096,
+            num_heads=16,
+            patch_size=16,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=2048,
+            num_position_embeddings=2304,
             deepstack_visual_indexes=[5, 11, 17],
         ),
-        image_token_id=ids["image_token_id"], video_token_id=ids["video_token_id"],
-        vision_start_token_id=ids["vision_start_token_id"], vision_end_token_id=ids["vision_end_token_id"],
+        image_token_id=ids["image_token_id"],
+        video_token_id=ids["video_token_id"],
+        vision_start_token_id=ids["vision_start_token_id"],
+        vision_end_token_id=ids["vision_end_token_id"],
         tie_word_embeddings=True,
         dtype="bfloat16",
     )

@@ -14,7 +14,6 @@ time (`self.lock`); sessions are isolated and idle ones lose their KV cache unde
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 import weakref
@@ -32,7 +31,6 @@ from qvl_agent.engine.decode import TextStream, select_token
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
 from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
 from qvl_agent.errors import EngineError, GenerationCancelled, ModelNotFoundError
-
 
 # Tokens the GPU's static KV slot holds: the longest conversation that decodes through CUDA graphs
 # (112 KiB a token on the 2B model: 1.75 GiB). Longer ones still run, on the eager path.
@@ -67,10 +65,9 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
 
 def _load_pretrained(model_id: str, dtype: torch.dtype):
     """Model and processor from a directory or the Hugging Face cache, one readable error otherwise."""
+    from huggingface_hub.utils import logging as hub_logging
     from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
-
-    from huggingface_hub.utils import logging as hub_logging
 
     hf_logging.disable_progress_bar()  # stderr belongs to --stats and to our own messages
     hf_logging.set_verbosity_error()
@@ -120,11 +117,18 @@ class Qwen3VLEngine(Engine):
         self.identity = f"{name}|{self.dtype}|{self.device}"
         self.features = FeatureCache(self.settings.feature_cache_mb * 2**20)
         eos = model.generation_config.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.convert_tokens_to_ids("<|im_end|>")}
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {
+            self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        }
         self.im_end = "<|im_end|>"
         # Vision placeholders are the processor's to place: a random or confused model that emits one
         # would leave a context with more placeholders than images. Never sample them.
-        vision_ids = [cfg.image_token_id, cfg.video_token_id, cfg.vision_start_token_id, cfg.vision_end_token_id]
+        vision_ids = [
+            cfg.image_token_id,
+            cfg.video_token_id,
+            cfg.vision_start_token_id,
+            cfg.vision_end_token_id,
+        ]
         self.banned_ids = torch.tensor(vision_ids, device=self.device)
         self.lock = threading.RLock()
         self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
@@ -132,7 +136,6 @@ class Qwen3VLEngine(Engine):
         self._vision_inputs: dict[tuple, dict] = {}  # grid -> precomputed vision-tower inputs
         self.fast: GraphRunner | None = None  # CUDA graphs, set up by warm_up() on a GPU
         self.fast_problem = ""  # why the graphs are off, when they are
-        self.vision_attention = None  # the attention kernel the vision tower runs fastest with here
 
     def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
         """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
@@ -149,7 +152,6 @@ class Qwen3VLEngine(Engine):
                 self.fast = None
             if self.fast is not None and self.fast.problem:
                 self.fast_problem = self.fast.problem
-            self.vision_attention = self._fastest_vision_attention()
         blank = Screenshot(bytes(256 * 256 * 3), 256, 256, "RGB", source="warm-up")
         session = self.open_session([blank])
         session.complete("Hi", options=GenerationOptions(max_new_tokens=2, min_new_tokens=2))
@@ -179,7 +181,11 @@ class Qwen3VLEngine(Engine):
     def image_entry(self, shot: Screenshot) -> tuple[str, int, tuple[int, int, int]]:
         """(feature key, visual tokens, grid) without touching pixels beyond the content hash."""
         grid = grid_for(shot, self.pp)
-        return feature_key(shot.content_hash, self.pp, self.identity), grid[1] * grid[2] // self.merge**2, grid
+        return (
+            feature_key(shot.content_hash, self.pp, self.identity),
+            grid[1] * grid[2] // self.merge**2,
+            grid,
+        )
 
     @torch.inference_mode()
     def encode_images(self, shots: list[tuple[Screenshot, str]]) -> tuple[list[Features], float, float, bool]:
@@ -195,12 +201,13 @@ class Qwen3VLEngine(Engine):
                 pixel_values, grid = preprocess(shot, self.pp, self.device)
                 self._sync()
                 t1 = time.perf_counter()
-                with self._vision_context():
-                    vo = self.model.model.get_image_features(
-                        pixel_values, grid, return_dict=True, **self._vision_kwargs(grid)
-                    )
+                vo = self.model.model.get_image_features(
+                    pixel_values, grid, return_dict=True, **self._vision_kwargs(grid)
+                )
                 feats = Features(
-                    vo.pooler_output[0], tuple(level[0] for level in vo.deepstack_features), tuple(grid[0].tolist())
+                    vo.pooler_output[0],
+                    tuple(level[0] for level in vo.deepstack_features),
+                    tuple(grid[0].tolist()),
                 )
                 self._sync()
                 pre_ms += (t1 - t0) * 1000
@@ -211,38 +218,6 @@ class Qwen3VLEngine(Engine):
             out.append(feats)
         return out, pre_ms, vis_ms, ran
 
-    @torch.inference_mode()
-    def _fastest_vision_attention(self):
-        """Time the vision tower on a 1080p frame with each attention kernel this GPU offers; the
-        library's default choice is not always the fastest for its 8k-token, non-causal attention."""
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        frame = Screenshot(bytes(1920 * 1080 * 3), 1920, 1080, "RGB", source="warm-up")
-        pixel_values, grid = preprocess(frame, self.pp, self.device)
-        best, best_ms = None, float("inf")
-        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION):
-            try:
-                with sdpa_kernel([backend]):
-                    times = []
-                    for _ in range(3):
-                        self._sync()
-                        t0 = time.perf_counter()
-                        self.model.model.get_image_features(pixel_values, grid, **self._vision_kwargs(grid))
-                        self._sync()
-                        times.append(time.perf_counter() - t0)
-            except RuntimeError:
-                continue  # not available for these shapes on this GPU
-            if min(times) < best_ms:
-                best, best_ms = backend, min(times)
-        return best
-
-    def _vision_context(self):
-        if self.vision_attention is None:
-            return contextlib.nullcontext()
-        from torch.nn.attention import sdpa_kernel
-
-        return sdpa_kernel([self.vision_attention])
-
     def _vision_kwargs(self, grid: torch.Tensor) -> dict:
         key = tuple(grid.flatten().tolist())
         if key not in self._vision_inputs:
@@ -252,14 +227,17 @@ class Qwen3VLEngine(Engine):
         return dict(self._vision_inputs[key])  # the tower pops what it uses
 
     def positions(self, ctx: Context) -> torch.Tensor:
-        """Explicit M-RoPE position ids `[3, 1, L]` for the whole context."""
-        ids = torch.tensor([ctx.ids], device=self.device)
-        if not ctx.images:
-            return torch.arange(len(ctx.ids), device=self.device).view(1, 1, -1).expand(3, 1, -1)
-        mm_types = (ids == self.image_token_id).int()
-        grids = torch.tensor([s.grid_thw for s in ctx.images], device=self.device)
-        pos, _ = self.model.model.get_rope_index(ids, mm_token_type_ids=mm_types, image_grid_thw=grids)
-        return pos
+        """Explicit M-RoPE position ids `[3, 1, L]` for the whole context, on the model's device.
+        Computed on the host: the rule walks token groups in Python, which on a GPU means a device
+        round trip per step."""
+        ids = torch.tensor([ctx.ids])
+        if ctx.images:
+            mm_types = (ids == self.image_token_id).int()
+            grids = torch.tensor([s.grid_thw for s in ctx.images])
+            pos, _ = self.model.model.get_rope_index(ids, mm_token_type_ids=mm_types, image_grid_thw=grids)
+        else:
+            pos = torch.arange(len(ctx.ids)).view(1, 1, -1).expand(3, 1, -1)
+        return pos.to(self.device, non_blocking=True)
 
     def forward(self, ids: torch.Tensor, pos: torch.Tensor, cache, feats: list[Features]) -> torch.Tensor:
         """Run `ids [1, S]` at `pos [3, 1, S]` on top of `cache`; logits of the last position `[1, V]`."""
@@ -274,8 +252,14 @@ class Qwen3VLEngine(Engine):
                     deepstack_features=[tuple(f.deepstack[i] for f in feats) for i in range(levels)],
                 )
             }
-        out = self.model(input_ids=ids, position_ids=pos, cache=cache, mm_encoder_outputs=mm, use_cache=True,
-                         logits_to_keep=1)
+        out = self.model(
+            input_ids=ids,
+            position_ids=pos,
+            cache=cache,
+            mm_encoder_outputs=mm,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         return out.logits[:, -1]
 
     def embed(self, ids: torch.Tensor, starts: list[int], feats: list[Features]) -> tuple[torch.Tensor, list]:
@@ -284,7 +268,7 @@ class Qwen3VLEngine(Engine):
         embeds = self.model.model.language_model.embed_tokens(ids)
         if not feats:
             return embeds, []
-        index = torch.cat([torch.arange(s, s + f.n_tokens) for s, f in zip(starts, feats)]).to(self.device)
+        index = torch.cat([torch.arange(s, s + f.n_tokens) for s, f in zip(starts, feats, strict=True)]).to(self.device)
         embeds[0].index_copy_(0, index, torch.cat([f.embeds for f in feats]).to(embeds.dtype))
         levels = len(feats[0].deepstack)
         return embeds, [(index, torch.cat([f.deepstack[i] for f in feats])) for i in range(levels)]
@@ -367,16 +351,23 @@ class LocalSession(Session):
         if rendered.startswith(prev.text) and len(prev.images) <= len(entries):
             known = [im.key for im in prev.images]
             if known == [k for k, _, _ in entries[: len(known)]]:
-                suffix = rendered[len(prev.text):]
-                new = entries[len(known):]
+                suffix = rendered[len(prev.text) :]
+                new = entries[len(known) :]
                 if suffix.count(e.image_token) == len(new):
                     ids, spans = tokenize_with_images(e.tokenizer, suffix, e.image_token, e.image_token_id, new)
                     return prev.extended(ids, spans, suffix), shots
         ids, spans = tokenize_with_images(e.tokenizer, rendered, e.image_token, e.image_token_id, entries)
         return Context(ids, spans, rendered), shots
 
-    def _prefill(self, target: Context, reuse: int, fresh: list[ImageSpan], feats: list[Features],
-                 pos: torch.Tensor, options) -> tuple[torch.Tensor, bool]:
+    def _prefill(
+        self,
+        target: Context,
+        reuse: int,
+        fresh: list[ImageSpan],
+        feats: list[Features],
+        pos: torch.Tensor,
+        options,
+    ) -> tuple[torch.Tensor, bool]:
         """Run the new tokens; returns (last logits, whether the KV slot now holds this session).
 
         On a GPU the new tokens run as a captured graph on the KV slot whenever a bucket takes them;

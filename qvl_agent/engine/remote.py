@@ -119,9 +119,7 @@ class RemoteEngine(Engine):
 
     def transport_error(self, exc: Exception) -> RemoteEngineError:
         if isinstance(exc, httpx.TimeoutException):
-            return RemoteEngineError(
-                f"The model server at {self.base_url} did not answer within {self.timeout_s:g} s."
-            )
+            return RemoteEngineError(f"The model server at {self.base_url} did not answer within {self.timeout_s:g} s.")
         if isinstance(exc, httpx.ConnectError):
             reason = "connection refused" if "refused" in str(exc).lower() else str(exc) or type(exc).__name__
             return RemoteEngineError(
@@ -161,9 +159,7 @@ class RemoteSession(Session):
     def _content(self, text: str, images: Sequence[Screenshot]):
         if not images:
             return text
-        parts: list[dict] = [
-            {"type": "image_url", "image_url": {"url": self.engine.image_url(im)}} for im in images
-        ]
+        parts: list[dict] = [{"type": "image_url", "image_url": {"url": self.engine.image_url(im)}} for im in images]
         parts.append({"type": "text", "text": text})
         return parts
 
@@ -194,9 +190,7 @@ class RemoteSession(Session):
             body["min_tokens"] = options.min_new_tokens  # vLLM's extension; others ignore it
         return body
 
-    def _generate(
-        self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions
-    ) -> Iterator[str]:
+    def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         engine = self.engine
         body = self._body(text, images, options)
         start = time.perf_counter()
@@ -253,9 +247,7 @@ def _stats(start, first, end, pieces, usage: dict, qvl: dict, images) -> TurnSta
     values = {"prompt_tokens": prompt, "cached_tokens": cached, "prefill_tokens": max(prompt - cached, 0)}
     values.update({k: qvl[k] for k in STAT_FIELDS if isinstance(qvl.get(k), int | float)})
     # Without the server's word, assume new images went through the vision tower.
-    vision = (
-        qvl.get("vision") if qvl.get("vision") in ("hit", "miss", "none") else ("miss" if images else "none")
-    )
+    vision = qvl.get("vision") if qvl.get("vision") in ("hit", "miss", "none") else ("miss" if images else "none")
     return TurnStats(
         vision=vision,
         ttft_ms=((first or end) - start) * 1000,

@@ -131,8 +131,7 @@ class TrayApp(QObject):
             QTimer.singleShot(50, self._report_tray_geometry)
         else:
             self.notices.append(
-                "No system tray was found on this desktop: "
-                "a small launcher window stands in for the tray icon."
+                "No system tray was found on this desktop: a small launcher window stands in for the tray icon."
             )
             self.launcher = Launcher(self.actions, self.notices[-1])
             self.launcher.show()
@@ -273,9 +272,7 @@ class TrayApp(QObject):
 
     def open_ask_window(self, shot: Screenshot, browser: bool = False) -> AskWindow:
         options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
-        window = AskWindow(
-            self.host, shot, browser_on_screen=browser, options=options, on_event=self.emit_event
-        )
+        window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, on_event=self.emit_event)
         window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
         window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
         window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
@@ -296,9 +293,7 @@ class TrayApp(QObject):
     def run_task(self) -> None:
         if self._not_ready():
             return
-        task, ok = QInputDialog.getText(
-            None, "qvl-agent: run a task", "What should the agent do on this screen?"
-        )
+        task, ok = QInputDialog.getText(None, "qvl-agent: run a task", "What should the agent do on this screen?")
         if ok and task.strip():
             QTimer.singleShot(MENU_SETTLE_MS, lambda: self.automation.run_task(task.strip()))
 
@@ -379,9 +374,7 @@ class TrayApp(QObject):
         QApplication.quit()
 
 
-def run(
-    settings: Settings, settings_path: Path, events_path: str | None = None, notices: tuple[str, ...] = ()
-) -> int:
+def run(settings: Settings, settings_path: Path, events_path: str | None = None, notices: tuple[str, ...] = ()) -> int:
     """Run the tray app until Quit. Exit 1 when another instance already runs for this user."""
     app = QApplication.instance() or QApplication(["qvl-agent"])
     app.setApplicationName("qvl-agent")

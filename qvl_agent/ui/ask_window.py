@@ -101,9 +101,7 @@ class AskWindow(QWidget):
                 THUMB_WIDTH, Qt.TransformationMode.SmoothTransformation
             )
         )
-        self.thumbnail.setToolTip(
-            f"{self.shot.width}×{self.shot.height} at ({self.shot.left}, {self.shot.top})"
-        )
+        self.thumbnail.setToolTip(f"{self.shot.width}×{self.shot.height} at ({self.shot.left}, {self.shot.top})")
         self.answer_view = QTextBrowser()
         self.answer_view.setOpenExternalLinks(True)
         self.answer_view.setPlaceholderText("The answer appears here.")
@@ -120,9 +118,7 @@ class AskWindow(QWidget):
         self.stop_button = QPushButton("Stop")
         self.copy_button.setToolTip("Copy the last answer")
         self.do_it_button.setToolTip("Let the agent carry out the request on this screen")
-        self.playwright_button.setToolTip(
-            "Write a Playwright script for the request in the browser on screen"
-        )
+        self.playwright_button.setToolTip("Write a Playwright script for the request in the browser on screen")
         self.copy_button.clicked.connect(self.copy_answer)
         self.do_it_button.clicked.connect(self._do_it)
         self.playwright_button.clicked.connect(self._playwright)
@@ -199,9 +195,7 @@ class AskWindow(QWidget):
             return
         self._finish(text)
         self.status.setText(describe_stats(stats, len(self._history)))
-        self._emit(
-            "answer_done", text=text, stats=stats.as_dict() if stats else None, turn=len(self._history)
-        )
+        self._emit("answer_done", text=text, stats=stats.as_dict() if stats else None, turn=len(self._history))
 
     @Slot(int, str)
     def _on_error(self, request: int, message: str) -> None:
@@ -263,9 +257,7 @@ class AskWindow(QWidget):
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt naming)
         super().showEvent(event)
-        self._emit(
-            "ask_window_shown", width=self.shot.width, height=self.shot.height, browser=self.browser_on_screen
-        )
+        self._emit("ask_window_shown", width=self.shot.width, height=self.shot.height, browser=self.browser_on_screen)
 
     def closeEvent(self, event) -> None:  # noqa: N802
         self.conversation.cancel()

@@ -49,9 +49,7 @@ def check_hotkey(text: str, what: str = "hotkey") -> str:
     if all(k in MODIFIERS for k in keys):
         raise ConfigError(f"The {what} hotkey {text!r} needs a key besides the modifiers.")
     if not any(k in MODIFIERS for k in keys) and not any(k.startswith("f") and k[1:].isdigit() for k in keys):
-        raise ConfigError(
-            f"The {what} hotkey {text!r} needs a modifier (ctrl, alt, shift or cmd), {example}."
-        )
+        raise ConfigError(f"The {what} hotkey {text!r} needs a modifier (ctrl, alt, shift or cmd), {example}.")
     return text.strip()
 
 

@@ -52,9 +52,7 @@ class RegionOverlay(QWidget):
     def physical_region(self, rect: QRect) -> Region:
         """A widget rectangle (logical) → physical pixels of the virtual desktop."""
         x0, y0 = to_physical(self._screen, self.mapToGlobal(rect.topLeft()))
-        x1, y1 = to_physical(
-            self._screen, self.mapToGlobal(rect.topLeft() + QPoint(rect.width(), rect.height()))
-        )
+        x1, y1 = to_physical(self._screen, self.mapToGlobal(rect.topLeft() + QPoint(rect.width(), rect.height())))
         return Region(x0, y0, x1 - x0, y1 - y0)
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt naming)

@@ -23,9 +23,7 @@ def screen_under_pointer() -> tuple[QScreen, QPoint]:
 def to_physical(screen: QScreen, point: QPoint) -> tuple[int, int]:
     origin = screen.geometry().topLeft()
     ratio = screen.devicePixelRatio()
-    return round(origin.x() + (point.x() - origin.x()) * ratio), round(
-        origin.y() + (point.y() - origin.y()) * ratio
-    )
+    return round(origin.x() + (point.x() - origin.x()) * ratio), round(origin.y() + (point.y() - origin.y()) * ratio)
 
 
 def to_logical(screen: QScreen, x: float, y: float) -> QPoint:

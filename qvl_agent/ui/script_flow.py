@@ -107,9 +107,7 @@ class ScriptFlow(QObject):
             self._end(window, "No Playwright script: no page address was given.")
             return
         if not url.startswith(("http://", "https://", "file://")):
-            self._end(
-                window, f"No Playwright script: {url!r} is not an http://, https:// or file:// address."
-            )
+            self._end(window, f"No Playwright script: {url!r} is not an http://, https:// or file:// address.")
             return
         root = self.script_dir or default_script_dir()
         path = root / f"qvl-{time.strftime('%Y%m%d-%H%M%S')}.py"

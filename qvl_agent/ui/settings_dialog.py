@@ -69,9 +69,7 @@ class SettingsDialog(QDialog):
         form.addRow("Region hotkey", self.hotkey_region)
         form.addRow("Stop hotkey", self.hotkey_stop)
         form.addRow("Safety mode", self.safety_mode)
-        self.buttons = QDialogButtonBox(
-            QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel
-        )
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.button(QDialogButtonBox.StandardButton.Save).setDefault(True)  # Enter saves
         self.buttons.accepted.connect(self.save)
         self.buttons.rejected.connect(self.reject)

@@ -56,9 +56,7 @@ class Form(QWidget):
         self._poll = QTimer(self, interval=100, timeout=self.report_geometry)
 
     def on_submit(self) -> None:
-        self.submitted.append(
-            {"name": self.name.text(), "email": self.email.text(), "agree": self.agree.isChecked()}
-        )
+        self.submitted.append({"name": self.name.text(), "email": self.email.text(), "agree": self.agree.isChecked()})
         self.save_state()
 
     def state(self) -> dict:

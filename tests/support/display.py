@@ -36,8 +36,19 @@ class VirtualDisplay:
             raise RuntimeError("Xvfb and jwm are needed: run scripts/setup (apt: xvfb jwm x11-utils).")
         rfd, wfd = os.pipe()
         xvfb = subprocess.Popen(
-            ["Xvfb", "-displayfd", str(wfd), "-screen", "0", f"{self.width}x{self.height}x24", "-nolisten", "tcp"],
-            pass_fds=(wfd,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                "Xvfb",
+                "-displayfd",
+                str(wfd),
+                "-screen",
+                "0",
+                f"{self.width}x{self.height}x24",
+                "-nolisten",
+                "tcp",
+            ],
+            pass_fds=(wfd,),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         os.close(wfd)
         self.procs.append(xvfb)

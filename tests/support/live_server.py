@@ -120,9 +120,7 @@ def start_serve(
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent.parent
-    env = dict(
-        os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir), **(env or {})
-    )
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir), **(env or {}))
     env.pop("QVL_API_TOKEN", None)
     if token:
         env["QVL_API_TOKEN"] = token
