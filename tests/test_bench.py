@@ -1,0 +1,27 @@
+"""`qvl-agent bench` on a CPU with the tiny model: the smoke test CI can run.
+
+It checks what a person reads from the benchmark: every scenario measured on both sides, and the
+engine's greedy tokens and first-token logits agreeing with plain transformers' `generate`.
+"""
+
+import json
+
+from tests.conftest import run_cli
+
+
+def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tmp_path):
+    out = tmp_path / "bench.json"
+    r = run_cli(
+        "bench", "--device", "cpu", "--model", str(tiny_model_dir), "--reps", "1", "--json", str(out), timeout=600
+    )
+    assert r.returncode == 0, r.stderr
+    report = json.loads(out.read_text())
+    names = [row["scenario"][:3] for row in report["rows"]]
+    assert names == ["(e)", "(a)", "(b)", "(c)", "(d)"]
+    for row in report["rows"]:
+        assert row["engine"] > 0 and row["baseline"] > 0, row
+    assert report["cuda_graphs"] is False  # the GPU-only paths step aside on a CPU
+    agreed, total = map(int, report["greedy_tokens_agreeing_with_generate"].split("/"))
+    assert agreed == total == 32
+    assert report["first_token_max_abs_logit_diff"] < 1e-3
+    assert "(b) follow-up" in r.stdout and "speedup" in r.stdout
