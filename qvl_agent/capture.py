@@ -123,8 +123,6 @@ class Screenshot:
 
 def load_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_FILE_PIXELS) -> Screenshot:
     """Read an image file into RGB pixels, refusing anything that is not a whole, sane image."""
-    from PIL import Image, UnidentifiedImageError
-
     p = Path(path)
     if not p.exists():
         raise ImageError(f"No such image file: {p}.")
@@ -132,48 +130,39 @@ def load_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_FILE_PIXEL
         raise ImageError(f"{p} is a folder, not an image file.")
     if p.stat().st_size == 0:
         raise ImageError(f"The image file {p} is empty (0 bytes).")
+    return _decode(p, str(p), max_pixels, source_name=str(p))
+
+
+def load_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_FILE_PIXELS, name: str = "image") -> Screenshot:
+    """The same checks as `load_image`, for bytes already in memory (HTTP uploads, page screenshots)."""
+    if not data:
+        raise ImageError(f"The {name} is empty (0 bytes).")
+    return _decode(io.BytesIO(data), f"The {name}", max_pixels, source_name=name)
+
+
+def _decode(source, subject: str, max_pixels: int, source_name: str) -> Screenshot:
+    """Decode `source` (a path or a file object); every failure becomes one sentence about `subject`."""
+    from PIL import Image, UnidentifiedImageError
+
     try:
-        with Image.open(p) as im:
+        with Image.open(source) as im:
             # The header alone gives the size: refuse bombs before decoding a single pixel.
             w, h = im.size
             if w * h > max_pixels:
                 raise ImageError(
-                    f"{p} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
+                    f"{subject} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
                     "resize it or capture a region."
                 )
             im.load()
-            return Screenshot.from_pil(im, source=str(p))
+            return Screenshot.from_pil(im, source=source_name)
     except ImageError:
         raise
     except UnidentifiedImageError:
-        raise ImageError(f"{p} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
+        raise ImageError(f"{subject} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
     except Image.DecompressionBombError:
-        raise ImageError(f"{p} is too many pixels to decode safely (limit {max_pixels:,}).") from None
+        raise ImageError(f"{subject} has too many pixels to decode safely (limit {max_pixels:,}).") from None
     except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"{p} is truncated or corrupt and cannot be decoded ({exc}).") from None
-
-
-def load_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_FILE_PIXELS, name: str = "image") -> Screenshot:
-    """The same checks as `load_image`, for bytes already in memory (HTTP uploads)."""
-    from PIL import Image, UnidentifiedImageError
-
-    if not data:
-        raise ImageError(f"The {name} is empty (0 bytes).")
-    try:
-        with Image.open(io.BytesIO(data)) as im:
-            w, h = im.size
-            if w * h > max_pixels:
-                raise ImageError(f"The {name} is {w}x{h}, over the limit of {max_pixels:,} pixels.")
-            im.load()
-            return Screenshot.from_pil(im, source=name)
-    except ImageError:
-        raise
-    except UnidentifiedImageError:
-        raise ImageError(f"The {name} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
-    except Image.DecompressionBombError:
-        raise ImageError(f"The {name} has too many pixels to decode safely.") from None
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"The {name} is truncated or corrupt and cannot be decoded ({exc}).") from None
+        raise ImageError(f"{subject} is truncated or corrupt and cannot be decoded ({exc}).") from None
 
 
 # --- live capture -------------------------------------------------------------------------------------
