@@ -82,29 +82,41 @@ def visual_tokens(shot: Screenshot, s: PreprocessSettings) -> int:
     return gh * gw // (s.merge_size**2)
 
 
-def to_rgb_tensor(shot: Screenshot, device: torch.device | str = "cpu") -> torch.Tensor:
-    """`[1, 3, H, W]` uint8 RGB on `device`. Raw bytes go up as-is (pinned, async) and the channel
-    shuffle happens on the device."""
+def _upload(shot: Screenshot, device: torch.device | str) -> torch.Tensor:
+    """`[1, C, H, W]` uint8 view of the raw bytes in channels-last layout (C = 4 for BGRA, 3 for RGB),
+    on `device`. Raw bytes go up as-is, pinned and asynchronous."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # frombuffer on read-only bytes: we never write to it
         flat = torch.frombuffer(shot.data, dtype=torch.uint8)
     device = torch.device(device)
     if device.type == "cuda":
         flat = flat.pin_memory().to(device, non_blocking=True)
-    hwc = flat.view(shot.height, shot.width, len(shot.layout))  # [H, W, 3|4]
-    if shot.layout == "BGRA":
-        hwc = hwc[..., [2, 1, 0]]
-    return hwc.permute(2, 0, 1).unsqueeze(0).contiguous()  # [1, 3, H, W]
+    return flat.view(1, shot.height, shot.width, len(shot.layout)).permute(0, 3, 1, 2)
 
 
-def patchify(images: torch.Tensor, s: PreprocessSettings) -> torch.Tensor:
-    """`[1, C, H, W]` float -> `[gh*gw, C*T*p*p]` with each merge window's patches contiguous."""
+def _rgb(image: torch.Tensor, layout: str) -> torch.Tensor:
+    """RGB channels of an uploaded image, contiguous `[1, 3, H, W]`."""
+    return image[:, [2, 1, 0]] if layout == "BGRA" else image.contiguous()
+
+
+def to_rgb_tensor(shot: Screenshot, device: torch.device | str = "cpu") -> torch.Tensor:
+    """`[1, 3, H, W]` uint8 RGB on `device`."""
+    return _rgb(_upload(shot, device), shot.layout)
+
+
+def patchify(images: torch.Tensor, s: PreprocessSettings, mean=None, std=None) -> torch.Tensor:
+    """`[1, C, H, W]` -> `[gh*gw, C*T*p*p]` float32 with each merge window's patches contiguous and the
+    frame duplicated to T. With `mean`/`std` (per channel, in pixel units) the patches are normalised
+    on the way: after the uint8 shuffle and before the T duplication, where there is least to move."""
     b, c, h, w = images.shape
     p, m, t = s.patch_size, s.merge_size, s.temporal_patch_size
     gh, gw = h // p, w // p
     patches = images.reshape(b, c, gh // m, m, p, gw // m, m, p)
-    patches = patches.permute(0, 2, 5, 3, 6, 1, 4, 7)  # [B, gh/m, gw/m, m, m, C, p, p]
-    patches = patches.unsqueeze(6).expand(-1, -1, -1, -1, -1, -1, t, -1, -1)  # duplicate the frame to T
+    patches = patches.permute(0, 2, 5, 3, 6, 1, 4, 7).reshape(-1, c, p, p)  # [N, C, p, p]
+    patches = patches.to(torch.float32)
+    if mean is not None:
+        patches = (patches - mean.view(1, c, 1, 1)) / std.view(1, c, 1, 1)
+    patches = patches.unsqueeze(2).expand(-1, -1, t, -1, -1)  # [N, C, T, p, p]
     return patches.reshape(b * gh * gw, c * t * p * p)
 
 
@@ -113,12 +125,15 @@ def preprocess(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`(pixel_values [gh*gw, 1536] float32, image_grid_thw [1, 3] long)` on `device`."""
     height, width = smart_resize(shot.height, shot.width, s)
-    image = to_rgb_tensor(shot, device)
-    image = tvF.resize(image, [height, width], interpolation=tvF.InterpolationMode.BICUBIC, antialias=True)
+    # Resize first, in the capture's own channels-last layout (alpha included): that is the fast uint8
+    # path, and channels are filtered independently, so dropping alpha afterwards changes nothing.
+    image = tvF.resize(
+        _upload(shot, device), [height, width], interpolation=tvF.InterpolationMode.BICUBIC, antialias=True
+    )
+    image = _rgb(image, shot.layout)
     # The reference fuses rescale into normalisation: (x - mean*255) / (std*255), in float32.
-    mean = torch.tensor(s.mean, device=image.device).view(1, 3, 1, 1) * 255.0
-    std = torch.tensor(s.std, device=image.device).view(1, 3, 1, 1) * 255.0
-    image = (image.to(torch.float32) - mean) / std
-    pixel_values = patchify(image, s)
+    mean = torch.tensor(s.mean, device=image.device) * 255.0
+    std = torch.tensor(s.std, device=image.device) * 255.0
+    pixel_values = patchify(image, s, mean, std)
     grid = torch.tensor([[1, height // s.patch_size, width // s.patch_size]], dtype=torch.long, device=image.device)
     return pixel_values, grid
