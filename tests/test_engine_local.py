@@ -182,12 +182,38 @@ def test_cancel_stops_between_tokens_and_session_stays_usable(engine):
 
     session = engine.open_session([_shot(320, 240, 13)])
     stream = session.ask("Go on.", options=GenerationOptions(max_new_tokens=200))
+    pieces = []
     with pytest.raises(GenerationCancelled):
-        for i, _ in enumerate(stream):
+        for i, piece in enumerate(stream):
+            pieces.append(piece)
             if i == 2:
                 session.cancel()
-    assert session.complete("Next?", options=OPTS) is not None
-    assert session.last_stats.cached_tokens > 0
+    assert session.last_stats.decode_tokens < 200
+    assert session.turns[-1].reply == "".join(pieces)  # the partial answer is part of the conversation
+    session.complete("Next?", options=OPTS)
+    assert session.last_stats.cached_tokens > 0 and session.last_stats.vision == "hit"
+
+
+def test_cancel_right_after_ask_is_not_lost(engine):
+    from qvl_agent.errors import GenerationCancelled
+
+    session = engine.open_session([_shot(320, 240, 13)])
+    stream = session.ask("Go on.", options=GenerationOptions(max_new_tokens=200))
+    session.cancel()  # before the first piece is read
+    with pytest.raises(GenerationCancelled):
+        list(stream)
+
+
+def test_a_failed_turn_leaves_no_trace_in_the_conversation(engine):
+    from qvl_agent.errors import ImageError
+
+    shot = _shot(320, 240, 17)
+    session = engine.open_session([shot])
+    with pytest.raises(ImageError):
+        session.complete("Look.", [Screenshot(bytes(3 * 5000 * 10), 5000, 10, "RGB")], OPTS)  # 500:1
+    assert session.turns == []
+    session.complete("Look again.", options=OPTS)
+    assert session.turns[0].images == (shot,)  # the opening image was kept for the next question
 
 
 def test_stop_strings_and_fixed_lengths(engine):
@@ -202,9 +228,20 @@ def test_stop_strings_and_fixed_lengths(engine):
 
 
 def test_sampling_options_are_honoured(engine):
-    session = engine.open_session([_shot(320, 240, 15)])
-    text = session.complete("Anything.", options=dataclasses.replace(OPTS, temperature=0.8, top_p=0.9))
-    assert isinstance(text, str) and session.last_stats.decode_tokens > 0
+    shot = _shot(320, 240, 15)
+    greedy = engine.open_session([shot]).complete("Anything.", options=OPTS)
+    torch.manual_seed(0)
+    nucleus_of_one = engine.open_session([shot]).complete(
+        "Anything.", options=dataclasses.replace(OPTS, temperature=1.0, top_p=0.0)
+    )
+    assert nucleus_of_one == greedy  # top_p = 0 keeps only the most likely token
+    samples = set()
+    for seed in range(4):
+        torch.manual_seed(seed)
+        samples.add(
+            engine.open_session([shot]).complete("Anything.", options=dataclasses.replace(OPTS, temperature=2.0))
+        )
+    assert samples != {greedy}  # a hot temperature wanders off the greedy path
 
 
 @torch.inference_mode()

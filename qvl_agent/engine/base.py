@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
 from qvl_agent.capture import Screenshot
+from qvl_agent.errors import GenerationCancelled
 
 STATS_KEYS = (
     "preprocess_ms",
@@ -87,17 +88,29 @@ class Session(ABC):
         images: Sequence[Screenshot] = (),
         options: GenerationOptions | None = None,
     ) -> Iterator[str]:
-        """Stream the reply to `text` (plus `images`, shown before the text) as text pieces."""
-        images = self.pending_images + tuple(images)
+        """Stream the reply to `text` (plus `images`, shown before the text) as text pieces.
+
+        The turn starts now: a `cancel()` from this point on stops it, even before the first piece is
+        read. A turn that ends, is cancelled or is abandoned by its reader joins the history; one that
+        fails does not, and the session's opening images wait for the next question."""
+        pending = self.pending_images
         self.pending_images = ()
         self._cancel.clear()
+        return self._turn(text, pending, pending + tuple(images), options or GenerationOptions())
+
+    def _turn(self, text, pending, images, options) -> Iterator[str]:
         pieces: list[str] = []
         try:
-            for piece in self._generate(text, images, options or GenerationOptions()):
+            for piece in self._generate(text, images, options):
                 pieces.append(piece)
                 yield piece
-        finally:
+        except (GenerationCancelled, GeneratorExit):
             self.turns.append(Turn(text, images, "".join(pieces)))
+            raise
+        except BaseException:
+            self.pending_images = pending + self.pending_images
+            raise
+        self.turns.append(Turn(text, images, "".join(pieces)))
 
     def complete(self, text: str, images: Sequence[Screenshot] = (), options: GenerationOptions | None = None) -> str:
         """The whole reply at once."""

@@ -13,7 +13,8 @@ def select_token(logits: torch.Tensor, temperature: float, top_p: float, generat
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
-        keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p  # always keeps the top token
+        keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p
+        keep[..., 0] = True  # the top token always stays, even with top_p = 0
         sorted_probs = sorted_probs * keep
         choice = torch.multinomial(sorted_probs, 1, generator=generator)
         return order.gather(-1, choice)
@@ -22,24 +23,38 @@ def select_token(logits: torch.Tensor, temperature: float, top_p: float, generat
 
 class TextStream:
     """Turns generated ids into text pieces. Holds back an incomplete UTF-8 sequence and any tail that
-    could still become a stop string, so nothing past a stop string is ever shown."""
+    could still become a stop string, so nothing past a stop string is ever shown.
+
+    Each token decodes only a short window of ids (the ones since the last complete text), so the cost
+    per token stays flat however long the reply grows."""
 
     def __init__(self, tokenizer, stop: tuple[str, ...] = ()):
         self.tokenizer = tokenizer
         self.stop = tuple(s for s in stop if s)
         self.ids: list[int] = []
-        self.emitted = 0  # characters of the decoded text already yielded
+        self.shown = ""  # text of the ids up to `self.read`, all characters complete
+        self.prefix = 0  # window start: ids before it are never decoded again
+        self.read = 0  # ids whose text is in `self.shown`
+        self.emitted = 0  # characters of `self.shown` already yielded
         self.stopped = False
 
     def text(self) -> str:
-        return self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        """The whole reply's text, decoded in one go (exact, for the conversation record)."""
+        return self._decode(self.ids)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def push(self, token_id: int) -> str:
         """Add a token; return the text that can be shown now (may be empty)."""
         self.ids.append(token_id)
-        text = self.text()
-        if text.endswith("\ufffd"):
+        before = self._decode(self.ids[self.prefix : self.read])
+        window = self._decode(self.ids[self.prefix :])
+        if window.endswith("\ufffd") or len(window) <= len(before):
             return ""  # a multi-byte character is not complete yet
+        self.shown += window[len(before) :]
+        self.prefix, self.read = self.read, len(self.ids)
+        text = self.shown
         for s in self.stop:
             at = text.find(s, max(0, self.emitted - len(s)))
             if at >= 0:
