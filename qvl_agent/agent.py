@@ -145,10 +145,15 @@ class Agent:
 
         timer = threading.Timer(self.step_timeout_s, on_timeout)
         timer.daemon = True
+        # The turn starts with ask(); only from then on does a cancel() stop it, so the stop switch is
+        # hooked up after it, and checked before the first token: a stop that came in between the step's
+        # check and here ends the run now instead of after a whole reply.
+        stream = session.ask(text, [shot], self.options)
         unregister = self.guard.switch.on_stop(session.cancel)
         timer.start()
         try:
-            return session.complete(text, [shot], self.options)
+            self.guard.switch.check()
+            return "".join(stream)
         except GenerationCancelled:
             self.guard.switch.check()
             if timed_out.is_set():
@@ -285,6 +290,7 @@ class Agent:
         for action in actions:
             pixels = self.guard.check(action, shot)
             self._emit("action", step, action=action, pixels=tuple(pixels), shot=shot)
+            self.guard.switch.check()  # a watcher of "action" (the click marker) may have refused it
             if isinstance(action, A.Answer):
                 answer = action.text
                 result = ActionResult(True, "answered")

@@ -222,6 +222,17 @@ def grab(monitor: int | None = None, region: Region | None = None, scale: float 
             m = monitors[index]
             area = {"left": m["left"], "top": m["top"], "width": m["width"], "height": m["height"]}
         else:
+            desktop = monitors[0]  # the union of all monitors; X11 answers a grab beyond it with a protocol error
+            if not (
+                region.left >= desktop["left"]
+                and region.top >= desktop["top"]
+                and region.left + region.width <= desktop["left"] + desktop["width"]
+                and region.top + region.height <= desktop["top"] + desktop["height"]
+            ):
+                raise CaptureError(
+                    f"The region {region.width}x{region.height} at ({region.left}, {region.top}) lies outside the "
+                    f"screen, which is {desktop['width']}x{desktop['height']} at ({desktop['left']}, {desktop['top']})."
+                )
             area = {"left": region.left, "top": region.top, "width": region.width, "height": region.height}
             index = None
         try:

@@ -25,14 +25,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qvl_agent.browser_flags import CHROMIUM_ARGS
+
 # Chromium flags the exported script passes (the same as the executor's): no network calls of its own.
-SCRIPT_CHROMIUM_ARGS = [
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
+SCRIPT_CHROMIUM_ARGS = list(CHROMIUM_ARGS)
 TEXT_INPUT_TYPES = {"", "text", "email", "password", "search", "tel", "url", "number"}
 # Keys that only edit a field's text: their effect is already in the value `fill` writes.
 EDITING_KEYS = {"Backspace", "Delete", "ArrowLeft", "ArrowRight", "Home", "End", "Control+a", "Meta+a"}
@@ -303,8 +299,15 @@ def main():
     args = parser.parse_args()
     origin = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", args.url).group(0)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=args.browser or None, headless=not args.headed,
-                                    args=CHROMIUM_ARGS)
+        try:
+            browser = p.chromium.launch(executable_path=args.browser or None, headless=not args.headed,
+                                        args=CHROMIUM_ARGS)
+        except Error as exc:
+            if "doesn't exist" in str(exc):
+                print("No Chromium found: pass --browser PATH or set QVL_BROWSER.", file=sys.stderr)
+            else:
+                print("Chromium did not start: " + str(exc).strip().splitlines()[0], file=sys.stderr)
+            return 1
         try:
             page = browser.new_page(viewport=VIEWPORT)
             page.set_default_timeout(args.timeout * 1000)

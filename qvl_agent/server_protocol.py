@@ -251,6 +251,10 @@ def parse_chat_request(raw: bytes, decoder: ImageDecoder, default_max_tokens: in
         if role in ("system", "developer"):
             system_parts.append(text)
         elif role == "user":
+            if not text.strip() and not images:  # the model would be asked nothing at all
+                raise ApiError(
+                    400, "A user message needs some text or an image; this one is empty.", param=f"{param}.content"
+                )
             # Consecutive user messages form one turn; a user message after a reply starts a new one.
             if not turns or turns[-1][2] is not None:
                 turns.append([[], [], None])

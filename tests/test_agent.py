@@ -180,3 +180,74 @@ def test_agent_imports_no_gui_or_ml_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_stop_just_before_the_model_call_ends_the_run_without_generating_a_reply():
+    engine = ReplayEngine([call(action="left_click", coordinate=[500, 500])] * 3, delay_s=0.5)
+    executor = RecordingExecutor([screen(i) for i in range(1, 5)])
+    guard = Guard(mode="auto")
+
+    def on_event(event):
+        if event.kind == "step":  # after the step's own stop check, right before the model is asked
+            guard.stop("stop pressed")
+
+    result = Agent(engine, executor, guard, on_event=on_event).run("Click")
+    assert result.status == "stopped" and result.message == "stop pressed"
+    assert engine.position == 0  # no reply was generated (and none of its pieces waited for)
+    assert executor.actions == []
+
+
+def _prompt_pipe(data: bytes = b"", close: bool = False):
+    import os
+
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, data)
+    if close:
+        os.close(write_fd)
+        write_fd = None
+    return open(read_fd, encoding="utf-8", closefd=True), write_fd
+
+
+def test_terminal_prompt_takes_yes_no_and_end_of_input_as_no():
+    from qvl_agent.act.guard import terminal_confirm
+
+    shot = screen(1)
+    answers, _ = _prompt_pipe(b"y\nno\nYES\n", close=True)
+    with answers:
+        got = [terminal_confirm(A.LeftClick(1, 1), [(1, 1)], shot, stream=answers) for _ in range(4)]
+    assert got == [True, False, True, False]  # the fourth question meets the end of input: a no
+    closed, _ = _prompt_pipe(close=True)
+    closed.close()
+    assert terminal_confirm(A.LeftClick(1, 1), [(1, 1)], shot, stream=closed) is False
+
+
+def test_the_stop_switch_ends_a_waiting_terminal_prompt_without_enter(capsys):
+    import os
+
+    from qvl_agent.act.guard import StopSwitch, terminal_confirm
+
+    switch = StopSwitch()
+    stdin, write_fd = _prompt_pipe(b"y")  # a half-typed answer, no Enter
+    threading.Timer(0.3, switch.stop, args=("hotkey pressed",)).start()
+    try:
+        with stdin:
+            assert terminal_confirm(A.LeftClick(1, 1), [(1, 1)], screen(1), switch=switch, stream=stdin) is False
+    finally:
+        os.close(write_fd)
+    assert "Do it? [y/N]" in capsys.readouterr().err
+
+
+def test_confirm_mode_on_the_terminal_stops_the_run_when_the_stop_switch_is_set(monkeypatch):
+    import os
+
+    stdin, write_fd = _prompt_pipe()
+    monkeypatch.setattr(sys, "stdin", stdin)
+    _, ex, agent = make([call(action="left_click", coordinate=[500, 500])], mode="confirm")
+    threading.Timer(0.3, agent.guard.stop, args=("hotkey pressed",)).start()
+    try:
+        result = agent.run("Click")
+    finally:
+        os.close(write_fd)
+        stdin.close()
+    assert result.status == "stopped" and result.message == "hotkey pressed"
+    assert ex.actions == []

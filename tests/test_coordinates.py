@@ -123,3 +123,31 @@ def test_whole_number_model_points_land_within_one_grid_step():
 def test_pixels_outside_the_capture_are_refused(pixel, index):
     with pytest.raises(OffScreenError, match="outside the captured area"):
         to_model(*pixel, shot_of(index))
+
+
+class _Pointer:
+    """The few pyautogui functions a click needs; records where the pointer was sent."""
+
+    FAILSAFE_POINTS = [(0, 0)]
+
+    def __init__(self):
+        self.clicks: list[tuple[int, int]] = []
+
+    def size(self):
+        return (1440, 900)
+
+    def click(self, x, y, button="left"):
+        self.clicks.append((x, y))
+
+
+@pytest.mark.parametrize(("platform", "target"), [("darwin", (720, 450)), ("linux", (1440, 900))])
+def test_macos_pointer_moves_in_logical_points_on_a_retina_screen(platform, target):
+    from qvl_agent import actions as A
+    from qvl_agent.act.desktop import DesktopExecutor
+
+    # A Retina panel: 2880x1800 physical pixels captured, 1440x900 points for pyautogui on macOS.
+    retina = Screenshot(b"\0" * (2880 * 1800 * 4), 2880, 1800, "BGRA", scale=2.0, monitor=1)
+    pointer = _Pointer()
+    executor = DesktopExecutor(input_backend=pointer, platform=platform)
+    executor.execute(A.LeftClick(500, 500), retina)
+    assert pointer.clicks == [target]

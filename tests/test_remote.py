@@ -120,3 +120,33 @@ def test_cancel_stops_the_remote_generation():
         while not backend.cancelled and time.monotonic() < deadline:
             time.sleep(0.05)
         assert backend.cancelled == [words]  # the server stopped generating too
+
+
+def test_decode_speed_is_the_servers_figure_not_a_burst_of_chunks():
+    import dataclasses
+
+    from tests.support.live_server import EchoSession
+
+    class Measured(EchoSession):
+        def _generate(self, text, images, options):
+            yield from super()._generate(text, images, options)
+            self.last_stats = dataclasses.replace(self.last_stats, decode_tokens_per_s=431.0)
+
+    class MeasuringEcho(EchoEngine):
+        def open_session(self, images=(), system=None, tools=None):
+            session = Measured(self, images, system, tools)
+            self.sessions.append(session)
+            return session
+
+    with serve(MeasuringEcho()) as url, RemoteEngine(url, api_key=TOKEN, model="served-model") as engine:
+        session = engine.open_session()
+        session.complete("how fast is this reply decoded")
+        assert session.last_stats.decode_tokens == 6
+        assert session.last_stats.decode_tokens_per_s == 431.0  # what the server measured while decoding
+
+    # A server without our stats: estimated from the first to the last chunk, never from a burst.
+    from qvl_agent.engine.remote import _decode_rate
+
+    assert _decode_rate(90, first=10.0, last=10.0001, qvl={}) == 0.0  # 90 tokens in 0.1 ms: a burst
+    assert _decode_rate(11, first=10.0, last=10.5, qvl={}) == 20.0
+    assert _decode_rate(1, first=10.0, last=10.0, qvl={}) == 0.0

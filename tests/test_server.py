@@ -146,6 +146,13 @@ BAD_REQUESTS = [
     ),
     ("no user message last", {"messages": [user("x"), {"role": "assistant", "content": "y"}]}, 400, None),
     ("bad temperature", {"messages": [user("x")], "temperature": "hot"}, 400, None),
+    ("empty content list", {"messages": [{"role": "user", "content": []}]}, 400, None),
+    (
+        "only blank text",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "  "}]}]},
+        400,
+        None,
+    ),
 ]
 
 

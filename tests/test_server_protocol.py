@@ -47,6 +47,8 @@ def test_messages_become_history_turns_and_a_last_question():
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
         ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0]"),
+        ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
+        ({"messages": [{"role": "user", "content": ""}, {"role": "user", "content": "x"}]}, "messages[0].content"),
     ],
 )
 def test_bad_fields_name_the_parameter(body, param):

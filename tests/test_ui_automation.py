@@ -154,6 +154,17 @@ def test_confirm_mode_asks_and_a_no_stops_the_run_before_anything_happens(qtbot,
     assert rig.executors[0].actions == []
 
 
+def test_a_marker_the_gui_cannot_show_in_time_refuses_the_click(qtbot, rig):
+    # The ring stays up longer than the engine thread waits for it: the click must not go ahead unseen.
+    rig.automation.marker_ms, rig.automation.marker_timeout_s = 3000, 0.2
+    rig.load([call("left_click", coordinate=[500, 500]), call("terminate", status="success")])
+    with qtbot.waitSignal(rig.automation.finished, timeout=30_000) as done:
+        rig.automation.do_it("Click the middle", stripes())
+    assert "stopped" in done.args[0] and "marker" in done.args[0]
+    assert rig.executors[0].actions == []
+    assert "executed" not in [name for name, _ in rig.events]
+
+
 def test_stop_halts_a_run_and_a_second_do_it_is_refused_while_one_runs(qtbot, rig):
     rig.load([call("wait", time=20), call("terminate", status="success")])
     messages = []

@@ -84,8 +84,10 @@ class DesktopExecutor:
         input_backend=None,
         interrupt: Callable[[], None] | None = None,
         grab: Callable[..., Screenshot] = capture.grab,
+        platform: str = sys.platform,
     ):
         self.monitor = monitor
+        self.platform = platform
         self.region = region
         self._input = input_backend
         self.interrupt = interrupt or (lambda: None)  # raises EmergencyStop; checked between keystrokes
@@ -132,10 +134,15 @@ class DesktopExecutor:
         return px, py
 
     def _point(self, x: float, y: float, shot: Screenshot) -> tuple[int, int]:
-        return self._safe(*to_pixels(x, y, shot))
+        """Where the pointer goes, in the input backend's coordinates."""
+        px, py = to_pixels(x, y, shot)
+        if self.platform == "darwin" and shot.scale > 0 and shot.scale != 1:
+            # mss captures physical pixels, but pyautogui on macOS moves in logical points (Retina: 2 px each)
+            px, py = round(px / shot.scale), round(py / shot.scale)
+        return self._safe(px, py)
 
     def _keys(self, keys: tuple[str, ...]) -> list[str]:
-        names = [key_name(k) for k in keys]
+        names = [key_name(k, self.platform) for k in keys]
         valid = getattr(self.input, "isValidKey", lambda k: True)
         unknown = [k for k, n in zip(keys, names, strict=True) if not valid(n)]
         if unknown:
@@ -212,13 +219,8 @@ class DesktopExecutor:
                 detail["pixels"] = [list(where)]
             (pg.scroll if isinstance(action, A.Scroll) else pg.hscroll)(clicks, *where)
             return ActionResult(True, f"scrolled {clicks}", detail)
-        if isinstance(action, A.Wait):
-            end = time.monotonic() + action.seconds
-            while (left := end - time.monotonic()) > 0:
-                self.interrupt()
-                time.sleep(min(left, 0.05))
-            return ActionResult(True, f"waited {action.seconds:g} s")
-        return ActionResult(True, A.describe(action))  # terminate/answer: nothing to do on screen
+        # wait, terminate and answer never get here: the agent sleeps on the stop switch or ends the run
+        return ActionResult(True, A.describe(action))
 
     def close(self) -> None:
         """Nothing stays held: a drag releases its button even when it fails."""

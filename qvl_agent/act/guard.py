@@ -7,7 +7,8 @@ actions of one reply as well as between steps:
   thread) halts the run: `check` raises `EmergencyStop`, `sleep` wakes at once, and callbacks registered
   with `StopSwitch.on_stop` (the agent registers the engine session's `cancel`) run on the spot;
 * confinement: a point outside the allowed monitor or region raises `OffScreenError` (the model is told);
-* modes: `confirm` shows the action with its pixel coordinates and asks yes/no (a "no" stops the run),
+* modes: `confirm` shows the action with its pixel coordinates and asks yes/no (a "no" stops the run;
+  the terminal prompt polls the stop switch, so the hotkey ends it without waiting for Enter),
   `auto` runs without asking, `dry-run` is carried by the dry-run executor (the guard still checks).
 
 pynput is imported only when the hotkey listener starts, because importing it without a display raises.
@@ -15,6 +16,8 @@ pynput is imported only when the hotkey listener starts, because importing it wi
 
 from __future__ import annotations
 
+import os
+import select
 import sys
 import threading
 from collections.abc import Callable
@@ -123,10 +126,47 @@ def describe_pixels(action: A.Action, pixels: Pixels) -> str:
     return text
 
 
-def terminal_confirm(action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
-    """Ask on the terminal; anything but y/yes (including end of input) is a no."""
+POLL_S = 0.1  # how often a waiting y/N prompt looks at the stop switch
+_pending: dict[int, bytes] = {}  # bytes read past a prompt's line (piped answers), per file descriptor
+
+
+def _read_line(stream, switch: StopSwitch | None) -> str:
+    """One line from `stream`, or "" at its end or when the switch is set while waiting."""
+    if stream is None or getattr(stream, "closed", False):
+        return ""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (an embedding app's stream)
+        fd = None
+    if fd is None or sys.platform == "win32":  # select() takes only sockets on Windows
+        return stream.readline()
+    # Raw reads with select(), so the stop hotkey ends the prompt at once instead of after Enter.
+    buffered = _pending.pop(fd, b"")
+    while b"\n" not in buffered:
+        if switch is not None and switch.is_set():
+            return ""  # the run ends; a half-typed answer goes with it
+        ready, _, _ = select.select([fd], [], [], POLL_S)
+        if not ready:
+            continue
+        chunk = os.read(fd, 4096)
+        if not chunk:  # end of input: whatever came without a newline is the answer
+            return buffered.decode(errors="replace")
+        buffered += chunk
+    line, _, rest = buffered.partition(b"\n")
+    if rest:
+        _pending[fd] = rest
+    return line.decode(errors="replace")
+
+
+def terminal_confirm(
+    action: A.Action, pixels: Pixels, shot: Screenshot, switch: StopSwitch | None = None, stream=None
+) -> bool:
+    """Ask on the terminal; anything but y/yes (including end of input or a stop) is a no."""
     print(f"qvl-agent: {describe_pixels(action, pixels)}. Do it? [y/N] ", end="", file=sys.stderr, flush=True)
-    line = sys.stdin.readline()
+    line = _read_line(sys.stdin if stream is None else stream, switch)
+    if switch is not None and switch.is_set():
+        print(file=sys.stderr, flush=True)  # end the prompt's line before the stop message
+        return False
     return line.strip().lower() in ("y", "yes")
 
 
@@ -146,9 +186,12 @@ class Guard:
         self.mode = mode
         self.confine = confine
         self.switch = switch or StopSwitch()
-        self.confirm = confirm or terminal_confirm
+        self.confirm = confirm or self._ask_terminal
         self.hotkey = hotkey
         self._listener: HotkeyListener | None = None
+
+    def _ask_terminal(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
+        return terminal_confirm(action, pixels, shot, switch=self.switch)
 
     def start(self) -> str:
         """Start the stop hotkey listener if one is configured. Returns "" or one sentence saying why the

@@ -16,8 +16,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from qvl_agent.act.guard import Guard, describe_pixels
-from qvl_agent.agent import Agent, AgentEvent
+from qvl_agent.act.guard import Guard
+from qvl_agent.agent import Agent
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
@@ -46,16 +46,9 @@ def _check_url(url: str) -> str:
     return url
 
 
-def _print_event(event: AgentEvent) -> None:
-    if event.kind == "action" and event.action is not None:
-        print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
-    elif event.kind == "error":
-        print(f"step {event.step}: not carried out: {event.message}", flush=True)
-
-
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
-    from qvl_agent.commands.run import default_trace_dir
+    from qvl_agent.commands.run import default_trace_dir, print_event
     from qvl_agent.export import export_trace, write_browser_info
 
     task = " ".join(args.task).strip()
@@ -93,7 +86,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 trace,
                 max_steps=args.max_steps,
                 prompt_name="browser",
-                on_event=_print_event,
+                on_event=print_event,
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
             )
             result = agent.run(task)

@@ -21,7 +21,7 @@ from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard, describe_pixels
 from qvl_agent.agent import Agent, AgentEvent
-from qvl_agent.capture import Region
+from qvl_agent.capture import Region, list_monitors
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
@@ -51,7 +51,14 @@ def default_trace_dir() -> Path:
     return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
-def _print_event(event: AgentEvent) -> None:
+def _check_monitor(monitor: int) -> None:
+    """A run works on one monitor, so unlike `ask --screen` it takes no 0 (the whole desktop)."""
+    count = len(list_monitors()) - 1
+    if not 1 <= monitor <= count:
+        raise UsageError(f"There is no monitor {monitor} to work on: use 1 to {count} (or --region X,Y,W,H).")
+
+
+def print_event(event: AgentEvent) -> None:
     if event.kind == "action" and event.action is not None:
         print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
     elif event.kind == "error":
@@ -64,9 +71,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError('The task is empty: say what to do, e.g. qvl-agent run "Open the settings".')
     if args.max_steps < 1:
         raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
-    if args.monitor is not None and args.monitor < 1:
-        raise UsageError(f"--monitor counts from 1, not {args.monitor}.")
     region = Region.parse(args.region) if args.region else None
+    if args.monitor is not None:
+        _check_monitor(args.monitor)
     mode = "auto" if args.yes else "dry-run" if args.dry_run else settings.safety_mode
     hotkey = settings.hotkeys.stop
 
@@ -93,7 +100,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 guard,
                 trace,
                 max_steps=args.max_steps,
-                on_event=_print_event,
+                on_event=print_event,
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
             )
             result = agent.run(task)

@@ -28,6 +28,7 @@ from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import GenerationCancelled, RemoteEngineError
 
 STAT_FIELDS = ("preprocess_ms", "vision_ms", "prefill_tokens", "prompt_tokens", "cached_tokens")
+MIN_DECODE_INTERVAL_S = 0.005  # first-to-last chunk gaps shorter than this are a burst, not a decode rate
 
 
 def normalize_url(url: str) -> str:
@@ -195,6 +196,7 @@ class RemoteSession(Session):
         body = self._body(text, images, options)
         start = time.perf_counter()
         first: float | None = None
+        last: float | None = None
         pieces = 0
         usage: dict = {}
         qvl: dict = {}
@@ -226,7 +228,8 @@ class RemoteSession(Session):
                     for choice in chunk.get("choices") or ():
                         piece = (choice.get("delta") or {}).get("content")
                         if piece:
-                            first = first or time.perf_counter()
+                            last = time.perf_counter()
+                            first = first or last
                             pieces += 1
                             yield piece
         except httpx.HTTPError as exc:
@@ -236,14 +239,25 @@ class RemoteSession(Session):
         finally:
             self._response = None
         end = time.perf_counter()
-        self.last_stats = _stats(start, first, end, pieces, usage, qvl, images)
+        self.last_stats = _stats(start, first, last, end, pieces, usage, qvl, images)
 
 
-def _stats(start, first, end, pieces, usage: dict, qvl: dict, images) -> TurnStats:
+def _decode_rate(decoded: int, first: float | None, last: float | None, qvl: dict) -> float:
+    """Tokens per second while decoding: the server's own figure when it sends one (ours does, in `qvl`).
+    Otherwise from the first to the last content chunk, which is only an estimate: chunks that a server
+    or proxy buffers arrive in a burst, so an interval too short to measure says nothing (0.0)."""
+    server = qvl.get("decode_tokens_per_s")
+    if isinstance(server, int | float) and not isinstance(server, bool):
+        return float(server)
+    if first is None or last is None or decoded < 2 or last - first < MIN_DECODE_INTERVAL_S:
+        return 0.0
+    return (decoded - 1) / (last - first)
+
+
+def _stats(start, first, last, end, pieces, usage: dict, qvl: dict, images) -> TurnStats:
     decoded = int(usage.get("completion_tokens") or pieces)
     prompt = int(usage.get("prompt_tokens") or 0)
     cached = int(((usage.get("prompt_tokens_details") or {}).get("cached_tokens")) or 0)
-    decode_s = max(end - (first or end), 1e-9)
     values = {"prompt_tokens": prompt, "cached_tokens": cached, "prefill_tokens": max(prompt - cached, 0)}
     values.update({k: qvl[k] for k in STAT_FIELDS if isinstance(qvl.get(k), int | float)})
     # Without the server's word, assume new images went through the vision tower.
@@ -252,7 +266,7 @@ def _stats(start, first, end, pieces, usage: dict, qvl: dict, images) -> TurnSta
         vision=vision,
         ttft_ms=((first or end) - start) * 1000,
         decode_tokens=decoded,
-        decode_tokens_per_s=(decoded - 1) / decode_s if decoded > 1 else 0.0,
+        decode_tokens_per_s=_decode_rate(decoded, first, last, qvl),
         total_ms=(end - start) * 1000,
         **values,
     )

@@ -28,6 +28,7 @@ from qvl_agent.ui.engine_worker import EngineHost
 from qvl_agent.ui.overlay import ClickMarker
 
 MARKER_MS = 600  # how long the ring shows where the next click lands before the click happens
+MARKER_TIMEOUT_S = 10.0  # a GUI thread that cannot show the marker by then refuses the action
 
 
 def default_executor(shot: Screenshot | None, guard: Guard, mode: str):
@@ -52,15 +53,20 @@ class _Ask(QObject):
         self.request.connect(self._handle)
 
     def __call__(self, timeout_s: float | None = None, **data) -> object:
+        """The handler's result, or None when the GUI did not answer within `timeout_s`."""
         done = threading.Event()
-        box = {"data": data, "done": done, "result": None}
+        box = {"data": data, "done": done, "result": None, "expired": False}
         self.request.emit(box)
-        done.wait(timeout_s)  # a GUI that is quitting must not leave the engine thread waiting forever
+        # a GUI that is quitting must not leave the engine thread waiting forever
+        if not done.wait(timeout_s):
+            box["expired"] = True  # a late GUI thread skips it instead of showing a stale marker
+            return None
         return box["result"]
 
     @Slot(object)
     def _handle(self, box: dict) -> None:
-        self._handler(box)
+        if not box["expired"]:
+            self._handler(box)
 
 
 class Automation(QObject):
@@ -76,12 +82,14 @@ class Automation(QObject):
         parent: QObject | None = None,
         executor_factory: Callable = default_executor,
         marker_ms: int = MARKER_MS,
+        marker_timeout_s: float = MARKER_TIMEOUT_S,
         trace_root: Path | None = None,
     ) -> None:
         super().__init__(parent)
         self.host, self.settings, self.emit_event = host, settings, emit_event
         self.executor_factory = executor_factory
         self.marker_ms = marker_ms
+        self.marker_timeout_s = marker_timeout_s
         self.trace_root = trace_root  # None: the same place `qvl-agent run` writes its traces
         self.marker = ClickMarker()
         self.guard: Guard | None = None
@@ -117,7 +125,11 @@ class Automation(QObject):
         if window is not None:
             window.hide()
         self.emit_event("automation_started", task=task, mode=mode)
-        on_event, confirm = self._on_agent_event, self._confirm_action
+        confirm = self._confirm_action
+
+        def on_event(event) -> None:
+            self._on_agent_event(event, guard)
+
         max_new_tokens = settings.max_new_tokens
         trace_root = self.trace_root
 
@@ -180,10 +192,14 @@ class Automation(QObject):
 
     # --- callbacks from the engine thread -------------------------------------------------------------
 
-    def _on_agent_event(self, event) -> None:
+    def _on_agent_event(self, event, guard: Guard) -> None:
         if event.kind == "action" and event.pixels and not isinstance(event.action, A.FINAL_ACTIONS):
             x, y = event.pixels[0]
-            self._marker(timeout_s=10, x=x, y=y, label=describe_pixels(event.action, list(event.pixels)))
+            label = describe_pixels(event.action, list(event.pixels))
+            if not self._marker(timeout_s=self.marker_timeout_s, x=x, y=y, label=label):
+                # Like a "no": the person never saw where it would land, so the action must not run.
+                # The agent checks the stop switch right after this event, before executing.
+                guard.stop(f"The click marker could not be shown in time, so this was not done: {label}.")
 
     def _show_marker(self, box: dict) -> None:
         x, y, label = box["data"]["x"], box["data"]["y"], box["data"]["label"]
@@ -192,6 +208,7 @@ class Automation(QObject):
 
         def release() -> None:
             self.marker.hide()  # gone before the click, so it is neither clicked nor captured
+            box["result"] = True
             box["done"].set()
 
         QTimer.singleShot(self.marker_ms, release)
