@@ -4,9 +4,10 @@
 import Playwright's sync API and a few harmless standard modules, read its browser from `--browser PATH`
 or the `QVL_BROWSER` environment variable, drive pages and print. Anything else is refused with one
 sentence naming the line and the reason: other imports (subprocess, socket, urllib, requests, httpx,
-pathlib, ...), `os` beyond reading the environment, `eval`/`exec`/`compile`/`__import__`, reflection
-(`getattr`, `globals`, dunder attributes), `open()` other than for reading, Playwright calls that write
-files or start other programs (`path=`, `save_as`, browser `args`, a hard-coded `executable_path`).
+pathlib, typing, ...), `os` beyond reading the environment, `eval`/`exec`/`compile`/`__import__`,
+reflection (`getattr`, `globals`, dunder attributes, frames), `open()`, string annotations, Playwright calls
+that write files or start other programs (`path=`, `save_as`, browser flags off the allow-list, an
+`executable_path` that does not come from the environment or `--browser`).
 
 The policy is deliberately conservative: a script that a person wrote by hand may well be refused. It
 works on the syntax tree only; it never imports or runs the script.
@@ -17,25 +18,109 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from qvl_agent.browser_flags import SAFE_CHROMIUM_ARGS
 from qvl_agent.errors import InputError
 
-# module -> the attributes a script may use on it (None: any public attribute).
+# module -> the attributes a script may use on it (None: any public attribute). Explicit lists, because
+# modules hold other modules (re.enum.sys, json.decoder.re, datetime.sys) that lead to os.
 ALLOWED_MODULES: dict[str, frozenset[str] | None] = {
-    "playwright.sync_api": None,
-    "re": None,
-    "time": None,
-    "json": None,
-    "math": None,
-    "string": None,
-    "typing": None,
-    "datetime": None,
-    "collections": None,
-    "argparse": frozenset(
-        {"ArgumentParser", "Namespace", "SUPPRESS", "REMAINDER", "ArgumentTypeError", "ArgumentError"}
-    ),
+    "playwright.sync_api": frozenset(
+        {
+            "sync_playwright",
+            "expect",
+            "Error",
+            "TimeoutError",
+            "Playwright",
+            "Browser",
+            "BrowserContext",
+            "BrowserType",
+            "Page",
+            "Frame",
+            "FrameLocator",
+            "Locator",
+            "ElementHandle",
+            "JSHandle",
+            "Keyboard",
+            "Mouse",
+            "Touchscreen",
+            "Dialog",
+            "Download",
+            "Request",
+            "Response",
+            "Route",
+            "WebSocket",
+            "ConsoleMessage",
+            "Worker",
+            "APIRequest",
+            "APIRequestContext",
+            "APIResponse",
+            "ViewportSize",
+            "Position",
+            "FloatRect",
+            "Geolocation",
+            "HttpCredentials",
+            "ProxySettings",
+            "Cookie",
+            "FormData",
+        }
+    ),  # fmt: skip
+    "re": frozenset(
+        {
+            "compile",
+            "search",
+            "match",
+            "fullmatch",
+            "findall",
+            "finditer",
+            "sub",
+            "subn",
+            "split",
+            "escape",
+            "error",
+            "Pattern",
+            "Match",
+            "A",
+            "ASCII",
+            "I",
+            "IGNORECASE",
+            "M",
+            "MULTILINE",
+            "S",
+            "DOTALL",
+            "X",
+            "VERBOSE",
+            "U",
+            "UNICODE",
+            "NOFLAG",
+        }
+    ),  # fmt: skip
+    "time": frozenset({"time", "time_ns", "monotonic", "perf_counter", "sleep", "strftime", "localtime", "gmtime"}),
+    "json": frozenset({"loads", "dumps", "JSONDecodeError"}),
+    "math": None,  # a C module of numbers and functions only
+    "string": frozenset(
+        {
+            "ascii_letters",
+            "ascii_lowercase",
+            "ascii_uppercase",
+            "digits",
+            "hexdigits",
+            "octdigits",
+            "punctuation",
+            "printable",
+            "whitespace",
+            "capwords",
+            "Template",
+        }
+    ),  # fmt: skip (Formatter is left out: its get_field reaches any attribute, dunders included)
+    "datetime": frozenset({"datetime", "date", "time", "timedelta", "timezone", "MINYEAR", "MAXYEAR", "UTC"}),
+    "collections": frozenset({"Counter", "OrderedDict", "defaultdict", "deque", "namedtuple", "ChainMap"}),
+    "argparse": frozenset({"ArgumentParser", "SUPPRESS", "REMAINDER", "ArgumentTypeError", "ArgumentError"}),
     "sys": frozenset({"argv", "exit", "stdout", "stderr", "version_info", "platform"}),
     "os": frozenset({"environ", "getenv"}),
 }
+# Names that may be used as module.name but not imported bare: they must stay recognisable to the checks
+# below (os.environ is only read, sys.argv only indexed, since `parse_args()` reads it).
+NOT_FROM_IMPORTABLE = frozenset({("os", "environ"), ("sys", "argv")})
 
 FORBIDDEN_NAMES = frozenset(
     {
@@ -61,6 +146,10 @@ FORBIDDEN_NAMES = frozenset(
         "super",
         "type",
         "object",
+        "open",  # scripts read no files: what they read could leave through page.goto
+        "license",
+        "credits",
+        "copyright",
     }
 )
 
@@ -89,6 +178,30 @@ FORBIDDEN_ATTRIBUTES = frozenset(
         "popen",
         "spawn",
         "FileType",
+        "read_text",
+        "read_bytes",
+        "register",  # argparse's type registry would rewrite every argument, --browser included
+        "new_cdp_session",
+        "new_browser_cdp_session",
+    }
+)
+
+# Frames and code objects: gi_frame.f_builtins["eval"] reaches eval without naming it.
+INTERNAL_ATTRIBUTES = frozenset(
+    {
+        "gi_frame",
+        "gi_code",
+        "cr_frame",
+        "cr_code",
+        "ag_frame",
+        "ag_code",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_back",
+        "f_code",
+        "tb_frame",
+        "tb_next",
     }
 )
 
@@ -104,22 +217,19 @@ FORBIDDEN_KEYWORDS = frozenset(
         "record_har_path",
         "user_data_dir",
         "firefox_user_prefs",
+        "artifacts_dir",
+        # argparse options that read files or set the --browser value behind the script's back
+        "fromfile_prefix_chars",
+        "prefix_chars",
+        "argument_default",
+        "namespace",
     }
 )
 
-SAFE_BROWSER_ARGS = (
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-extensions",
-    "--mute-audio",
-)
+# Chromium flags that run other programs or load code; refused in any string, wherever it may end up.
+DANGEROUS_FLAG_PARTS = ("cmd-prefix", "-launcher", "subprocess-path", "load-extension", "remote-debugging")
 
-READ_MODES = frozenset({"r", "rt", "rb", "tr", "br"})
+SAFE_BROWSER_ARGS = SAFE_CHROMIUM_ARGS
 
 
 class ScriptRejected(InputError):
@@ -138,10 +248,81 @@ class Verdict:
     line: int = 0
 
 
+class _Bindings:
+    """Where every name of the script is bound and read, scope-blind on purpose: a name bound twice anywhere
+    is never trusted, so no rebinding in a function or loop can change what a trusted name holds."""
+
+    def __init__(self, tree: ast.AST) -> None:
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.bound: dict[str, list[ast.AST]] = {}  # name -> the Assign that binds it, or another binder
+        self.loads: dict[str, list[ast.Name]] = {}
+        self.imports: dict[str, tuple[str, str | None]] = {}  # local name -> (module, member or None)
+        for node in ast.walk(tree):
+            for child in ast.iter_child_nodes(node):
+                self.parents[child] = node
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                if isinstance(node.ctx, ast.Load):
+                    self.loads.setdefault(node.id, []).append(node)
+                else:
+                    parent = self.parents.get(node)
+                    simple = isinstance(parent, ast.Assign) and parent.targets == [node]
+                    self._bind(node.id, parent if simple else node)
+            elif isinstance(node, ast.Import | ast.ImportFrom):
+                for alias in node.names:
+                    name = alias.asname or alias.name.split(".")[0]
+                    self._bind(name, node)
+                    if isinstance(node, ast.Import):
+                        self.imports[name] = (alias.name, None)
+                    else:
+                        self.imports[name] = (node.module or "", alias.name)
+            elif isinstance(node, ast.arg):
+                self._bind(node.arg, node)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                self._bind(node.name, node)
+            elif isinstance(node, ast.Global | ast.Nonlocal):
+                for name in node.names:
+                    self._bind(name, node)
+            elif isinstance(node, ast.ExceptHandler | ast.MatchAs | ast.MatchStar) and node.name:
+                self._bind(node.name, node)
+            elif isinstance(node, ast.MatchMapping) and node.rest:
+                self._bind(node.rest, node)
+
+    def _bind(self, name: str, node: ast.AST) -> None:
+        self.bound.setdefault(name, []).append(node)
+
+    def value(self, name: str) -> ast.expr | None:
+        """What `name` holds when the script binds it once, by a plain `name = value`; else None."""
+        binders = self.bound.get(name, [])
+        if len(binders) == 1 and isinstance(binders[0], ast.Assign):
+            return binders[0].value
+        return None
+
+    def module_of(self, node: ast.expr) -> tuple[str, str | None] | None:
+        """(module, member) when `node` is a name bound once, by an import."""
+        if isinstance(node, ast.Name) and len(self.bound.get(node.id, [])) == 1:
+            return self.imports.get(node.id)
+        return None
+
+    def is_member(self, node: ast.expr, module: str, member: str) -> bool:
+        """Whether `node` is `module.member` (through `import module [as m]` or `from module import member`)."""
+        if isinstance(node, ast.Attribute) and node.attr == member:
+            return self.module_of(node.value) == (module, None)
+        return self.module_of(node) == (module, member)
+
+    def only_attribute_loads(self, name: str) -> bool:
+        """Whether `name` is only ever read as `name.attribute`: never passed on, aliased or written through."""
+        for load in self.loads.get(name, []):
+            parent = self.parents.get(load)
+            if not (isinstance(parent, ast.Attribute) and isinstance(parent.ctx, ast.Load)):
+                return False
+        return True
+
+
 class _Checker(ast.NodeVisitor):
-    def __init__(self) -> None:
+    def __init__(self, names: _Bindings) -> None:
+        self.names = names
         self.module_aliases: dict[str, str] = {}  # local name -> allowed module it is bound to
-        self.safe_arg_lists: set[str] = set()  # names bound (once) to a literal list of safe browser flags
 
     def fail(self, node: ast.AST, reason: str) -> None:
         raise ScriptRejected(getattr(node, "lineno", 0), reason)
@@ -165,15 +346,17 @@ class _Checker(ast.NodeVisitor):
         allowed = ALLOWED_MODULES[module]
         for alias in node.names:
             if alias.name == "*":
-                if module != "playwright.sync_api":
-                    self.fail(node, f"`from {module} import *` is not allowed")
-                continue
+                self.fail(node, f"`from {module} import *` is not allowed (name what you use)")
             if alias.name.startswith("_") or (allowed is not None and alias.name not in allowed):
                 self.fail(node, f"using {module}.{alias.name} is not allowed")
+            if (module, alias.name) in NOT_FROM_IMPORTABLE:
+                self.fail(node, f"write {module}.{alias.name} instead of importing {alias.name}")
 
     # --- names and attributes -------------------------------------------------------------------------
 
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id == "open":
+            self.fail(node, "open() is not allowed (a script reads and writes no files)")
         if node.id in FORBIDDEN_NAMES:
             self.fail(node, f"{node.id}() is not allowed")
         if node.id.startswith("__") and node.id not in ("__name__", "__file__"):
@@ -190,59 +373,198 @@ class _Checker(ast.NodeVisitor):
         if module and ALLOWED_MODULES[module] is not None and node.attr not in ALLOWED_MODULES[module]:
             self.fail(node, f"using {module}.{node.attr} is not allowed")
         if node.attr in FORBIDDEN_ATTRIBUTES:
-            why = "it writes files, runs programs or leaves the page"
+            why = "it writes or reads files, runs programs or leaves the page"
             self.fail(node, f".{node.attr} is not allowed ({why})")
+        if node.attr in INTERNAL_ATTRIBUTES:
+            self.fail(node, f".{node.attr} is not allowed (it reaches the interpreter's frames)")
+        if not isinstance(node.ctx, ast.Load) and self._rooted_in_module(node):
+            self.fail(node, "changing a module or what it holds is not allowed")
+        if module == "os" and node.attr == "environ" and not self._reads_environ(node):
+            # Environment variables reach Playwright's driver and Chromium (NODE_OPTIONS, CHROMIUM_FLAGS).
+            self.fail(node, "os.environ may only be read, as os.environ[NAME] or os.environ.get(NAME)")
+        if module == "sys" and node.attr == "argv" and not self._reads_argv(node):
+            # parse_args() reads sys.argv: rewriting it would set --browser.
+            self.fail(node, "sys.argv may only be read, as sys.argv[...] or len(sys.argv)")
         if module:
             return  # the module name itself was checked just now
+        self.generic_visit(node)
+
+    def _rooted_in_module(self, node: ast.expr) -> bool:
+        while isinstance(node, ast.Attribute | ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Name) and self.names.module_of(node) is not None
+
+    def _reads_environ(self, node: ast.Attribute) -> bool:
+        parent = self.names.parents.get(node)
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            return isinstance(parent.ctx, ast.Load)
+        if isinstance(parent, ast.Attribute) and parent.attr == "get":
+            call = self.names.parents.get(parent)
+            return isinstance(call, ast.Call) and call.func is parent
+        if isinstance(parent, ast.Compare):
+            return node in parent.comparators and all(isinstance(op, ast.In | ast.NotIn) for op in parent.ops)
+        return False
+
+    def _reads_argv(self, node: ast.Attribute) -> bool:
+        parent = self.names.parents.get(node)
+        if isinstance(parent, ast.Subscript) and parent.value is node:
+            return isinstance(parent.ctx, ast.Load)
+        return isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len"
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and any(part in node.value for part in DANGEROUS_FLAG_PARTS):
+            self.fail(node, f"the browser flag in {node.value[:60]!r} is not allowed (it makes Chromium run programs)")
+
+    # --- annotations ----------------------------------------------------------------------------------
+
+    def _check_annotation(self, annotation: ast.expr | None) -> None:
+        # A string annotation is code that typing.get_type_hints and friends evaluate later, unchecked.
+        if annotation is not None and not _plain_annotation(annotation):
+            self.fail(annotation, "annotations may only be plain names such as str, Page or list[str]")
+
+    def visit_arg(self, node: ast.arg) -> None:
+        self._check_annotation(node.annotation)
+        self.generic_visit(node)
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        self._check_annotation(node.returns)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._check_annotation(node.annotation)
         self.generic_visit(node)
 
     # --- calls ----------------------------------------------------------------------------------------
 
     def visit_Call(self, node: ast.Call) -> None:
         for kw in node.keywords:
+            if kw.arg is None:
+                self.fail(node, "passing **keyword arguments is not allowed (they hide what is called)")
             if kw.arg in FORBIDDEN_KEYWORDS:
-                why = "it writes files or changes how the browser starts"
+                why = "it writes or reads files, or changes how the browser starts"
                 self.fail(node, f"the argument {kw.arg}= is not allowed ({why})")
             if kw.arg == "args":
                 self._check_browser_args(node, kw.value)
-            if kw.arg == "executable_path" and isinstance(kw.value, ast.Constant):
-                self.fail(node, "executable_path must come from --browser or QVL_BROWSER, not a fixed path")
-            if kw.arg is None:
-                self.fail(node, "passing **keyword arguments is not allowed (they hide what is called)")
-        if isinstance(node.func, ast.Name) and node.func.id == "open":
-            self._check_open(node)
+            if kw.arg == "executable_path" and not self._browser_source(kw.value, set()):
+                self.fail(
+                    node,
+                    "executable_path must come from --browser or QVL_BROWSER: os.environ[...], "
+                    "os.environ.get(...), os.getenv(...), the parsed --browser argument or None",
+                )
+            if kw.arg == "dest" and not (isinstance(kw.value, ast.Constant) and kw.value.value != "browser"):
+                self.fail(node, "dest= may only be a fixed name other than browser")
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "set_defaults":
+            if any(kw.arg == "browser" for kw in node.keywords):
+                self.fail(node, "set_defaults(browser=...) is not allowed: the browser comes from QVL_BROWSER")
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            self._check_add_argument(node)
         self.generic_visit(node)
 
     def _check_browser_args(self, node: ast.Call, value: ast.expr) -> None:
-        # Flags such as --renderer-cmd-prefix make Chromium run any program: only known-safe ones pass.
-        if isinstance(value, ast.Name) and value.id in self.safe_arg_lists:
+        # Flags such as --renderer-cmd-prefix make Chromium run any program: only known-safe ones pass. A
+        # name counts only when bound once to such a list and never read but as args=, so it cannot change.
+        if isinstance(value, ast.Name):
+            bound = self.names.value(value.id)
+            loads = self.names.loads.get(value.id, [])
+            only_args = all(
+                isinstance(kw := self.names.parents.get(load), ast.keyword) and kw.arg == "args" for load in loads
+            )
+            if bound is not None and _is_safe_arg_list(bound) and only_args:
+                return
+        elif _is_safe_arg_list(value):
             return
-        if not _is_safe_arg_list(value):
-            allowed = " ".join(SAFE_BROWSER_ARGS)
-            self.fail(node, f"args= may only be a literal list of these browser flags: {allowed}")
+        allowed = " ".join(SAFE_BROWSER_ARGS)
+        self.fail(
+            node,
+            "args= may only be a literal list of these browser flags, or a name set once to one and used "
+            f"nowhere else: {allowed}",
+        )
 
-    def visit_Assign(self, node: ast.Assign) -> None:
-        # `CHROMIUM_ARGS = [...]` with safe flags may be passed as args=CHROMIUM_ARGS later.
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-            if _is_safe_arg_list(node.value):
-                self.safe_arg_lists.add(name)
-            else:
-                self.safe_arg_lists.discard(name)
-        self.generic_visit(node)
-
-    def _check_open(self, node: ast.Call) -> None:
-        mode: ast.expr | None = node.args[1] if len(node.args) > 1 else None
+    def _check_add_argument(self, node: ast.Call) -> None:
+        if not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):
+            self.fail(node, "add_argument() takes plain option names such as '--url'")
+        dests = {a.value.lstrip("-").replace("-", "_") for a in node.args}
+        if "browser" not in dests:
+            return
         for kw in node.keywords:
-            if kw.arg == "mode":
-                mode = kw.value
-        if mode is None:
-            return
-        if not (isinstance(mode, ast.Constant) and mode.value in READ_MODES):
-            self.fail(node, "open() may only read files, not write them")
+            if kw.arg not in ("default", "help", "metavar", "required"):
+                self.fail(node, f"the --browser argument may not set {kw.arg}=")
+            if kw.arg == "default" and not self._browser_source(kw.value, set()):
+                self.fail(node, "the --browser argument's default may only be os.environ.get(...) or None")
+
+    def _browser_source(self, value: ast.expr, seen: set[str]) -> bool:
+        """Whether `value` is a browser path the person chose: the environment, --browser, or None."""
+        names = self.names
+        if isinstance(value, ast.Constant):
+            return value.value is None
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
+            return all(self._browser_source(v, seen) for v in value.values)
+        if isinstance(value, ast.Subscript):
+            return names.is_member(value.value, "os", "environ") and _is_str(value.slice)
+        if isinstance(value, ast.Call):
+            func = value.func
+            reader = names.is_member(func, "os", "getenv") or (
+                isinstance(func, ast.Attribute) and func.attr == "get" and names.is_member(func.value, "os", "environ")
+            )
+            return (
+                reader
+                and not value.keywords
+                and 1 <= len(value.args) <= 2
+                and _is_str(value.args[0])
+                and all(self._browser_source(a, seen) for a in value.args[1:])
+            )
+        if isinstance(value, ast.Attribute) and value.attr == "browser" and isinstance(value.value, ast.Name):
+            return self._is_parsed_arguments(value.value.id)
+        if isinstance(value, ast.Name) and value.id not in seen:
+            bound = names.value(value.id)
+            return bound is not None and self._browser_source(bound, seen | {value.id})
+        return False
+
+    def _is_parsed_arguments(self, name: str) -> bool:
+        """`name = parser.parse_args()`, bound once, with `parser = argparse.ArgumentParser(...)` bound once,
+        neither passed on nor written through (so --browser holds what the command line or default says)."""
+        names = self.names
+        call = names.value(name)
+        if not (
+            isinstance(call, ast.Call)
+            and not call.args
+            and not call.keywords
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "parse_args"
+            and isinstance(call.func.value, ast.Name)
+        ):
+            return False
+        parser = call.func.value.id
+        made = names.value(parser)
+        return (
+            isinstance(made, ast.Call)
+            and names.is_member(made.func, "argparse", "ArgumentParser")
+            and names.only_attribute_loads(parser)
+            and names.only_attribute_loads(name)
+        )
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
         self.fail(node, "async code is not allowed; use Playwright's sync API")
+
+
+def _is_str(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _plain_annotation(node: ast.expr) -> bool:
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _plain_annotation(node.value)
+    if isinstance(node, ast.Constant):
+        return node.value is None
+    if isinstance(node, ast.Subscript):
+        return _plain_annotation(node.value) and _plain_annotation(node.slice)
+    if isinstance(node, ast.Tuple):
+        return all(_plain_annotation(e) for e in node.elts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _plain_annotation(node.left) and _plain_annotation(node.right)
+    return False
 
 
 def _is_safe_arg_list(value: ast.expr) -> bool:
@@ -265,7 +587,7 @@ def check_script(source: str) -> None:
         raise ScriptRejected(exc.lineno or 0, f"the script is not valid Python ({exc.msg})") from None
     if not any(isinstance(n, ast.ImportFrom) and n.module == "playwright.sync_api" for n in ast.walk(tree)):
         raise ScriptRejected(0, "The script must use Playwright's sync API (playwright.sync_api)")
-    _Checker().visit(tree)
+    _Checker(_Bindings(tree)).visit(tree)
 
 
 def verdict(source: str) -> Verdict:

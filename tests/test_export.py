@@ -196,3 +196,18 @@ def test_export_and_the_agent_loop_import_no_playwright():
     code = "import sys, qvl_agent.export, qvl_agent.agent; print('playwright' in ' '.join(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_an_exported_script_without_a_browser_says_so_in_one_line(tmp_path):
+    script = tmp_path / "replay.py"
+    steps = [step("left_click", GO, {"tag": "button"}, {"tag": "button"}, pixels=[[1, 1]])]
+    script.write_text(compile_run(URL, steps).source)
+    out = subprocess.run(
+        [sys.executable, str(script), "--browser", str(tmp_path / "no-such-chromium")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip() == "No Chromium found: pass --browser PATH or set QVL_BROWSER."
+    assert out.stdout == ""

@@ -23,18 +23,11 @@ from pathlib import Path
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
 from qvl_agent.act.locate import Located, element_state, focused, is_unique, locate, to_playwright
+from qvl_agent.browser_flags import CHROMIUM_ARGS
 from qvl_agent.capture import Screenshot, load_image_bytes
 from qvl_agent.errors import ActionError, BrowserError, UsageError
 from qvl_agent.parse import to_pixels
 
-# Sandboxed machines have no network: keep Chromium from phoning home and stalling on timeouts.
-CHROMIUM_ARGS = [
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
 SYSTEM_CHROMIUMS = (
     "chromium",
     "chromium-browser",
@@ -181,7 +174,7 @@ class BrowserExecutor:
             self.executable = find_browser(browser, configured_browser, self._pw.chromium.executable_path)
             try:
                 self.browser = self._pw.chromium.launch(
-                    executable_path=self.executable, headless=headless, args=CHROMIUM_ARGS
+                    executable_path=self.executable, headless=headless, args=list(CHROMIUM_ARGS)
                 )
             except PlaywrightError as exc:
                 why = _first_line(exc)
@@ -370,8 +363,7 @@ class BrowserExecutor:
             dx, dy = (amount, 0) if isinstance(action, A.HScroll) else (0, -amount)
             mouse.wheel(dx, dy)
             detail["wheel"] = [dx, dy]
-        elif isinstance(action, A.Wait):
-            self.page.wait_for_timeout(action.seconds * 1000)
+        # A.Wait never gets here: the agent sleeps through its guard, which the emergency stop wakes.
 
     def aria_snapshot(self, limit: int = 12_000) -> str:
         """The page's accessibility tree as Playwright's ARIA snapshot (YAML), cut to `limit` characters."""
