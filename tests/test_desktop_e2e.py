@@ -303,6 +303,8 @@ def test_confirm_mode_asks_on_the_terminal_and_a_no_stops_the_run(app, tmp_path)
     ("args", "message"),
     [
         (["--monitor", "7"], "There is no monitor 7"),
+        (["--monitor", "0"], "There is no monitor 0 to work on: use 1 to 1"),
+        (["--region", "1900,1000,500,500"], "lies outside the screen, which is 1920x1080 at (0, 0)."),
         (["--region", "10,10,0,5"], "positive width and height"),
         (["--max-steps", "0"], "--max-steps must be at least 1"),
         (["--engine", "replay:/no/such/file.json"], "No such replay file"),
@@ -312,3 +314,4 @@ def test_bad_input_is_one_sentence_and_exit_2(x_display, tmp_path, args, message
     done = run_cli("run", "--yes", "--trace-dir", str(tmp_path / "t"), *args, "Do something")
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+    assert "X11" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

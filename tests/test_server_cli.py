@@ -20,8 +20,10 @@ def replay_file(tmp_path, replies=("First answer.", "Second answer.")):
 
 def test_token_is_created_once_with_mode_0600_and_printed_in_the_page_address(tmp_path):
     config = tmp_path / "config"
-    url, proc, printed = start_serve("--engine", replay_file(tmp_path), config_dir=config, token=None)
+    spec = replay_file(tmp_path)
+    url, proc, printed = start_serve("--engine", spec, config_dir=config, token=None)
     try:
+        assert f"Loading {spec}..." in printed  # the engine that answers, not a model it never loads
         token_file = config / "api_token"
         assert f"API token created in {token_file} (mode 0600)." in printed
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600

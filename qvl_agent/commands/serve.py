@@ -94,7 +94,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     engine = None
     try:
-        print(f"Loading {settings.model} ({settings.engine})...", file=sys.stderr, flush=True)
+        # Only the local engine loads settings.model; replay:/openai: engines are named by their spec.
+        what = f"{settings.model} (local)" if settings.engine == "local" else settings.engine
+        print(f"Loading {what}...", file=sys.stderr, flush=True)
         engine = open_engine(settings)
         app = create_app(
             engine,
