@@ -26,6 +26,7 @@ import torch
 from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import GenerationOptions
+from qvl_agent.engine.preprocess import preprocess
 from qvl_agent.engine.qwen3vl import Qwen3VLEngine, pick_device
 
 QUESTION = "What is on this screen, and where is the Save button?"
@@ -101,6 +102,17 @@ class Baseline:
         prompt = self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self.processor(text=[prompt], images=images or None, return_tensors="pt").to(self.device)
 
+    def preprocess_ms(self, png: bytes) -> float:
+        """PNG bytes -> pixel_values on the model's device through the reference processor."""
+        from PIL import Image
+
+        _sync(self.device)
+        start = time.perf_counter()
+        image = Image.open(io.BytesIO(png)).convert("RGB")
+        self.processor.image_processor(images=[image], return_tensors="pt")["pixel_values"].to(self.device)
+        _sync(self.device)
+        return (time.perf_counter() - start) * 1000
+
     @torch.inference_mode()
     def generate(self, turns, new_tokens: int) -> tuple[float, torch.Tensor]:
         """Seconds from PNG bytes to `new_tokens` tokens, and the generated ids."""
@@ -123,6 +135,15 @@ def _first_token_ms(session, text, images=()) -> float:
     into text, so waiting for the first streamed piece would time the whole turn instead.)"""
     session.complete(text, images, GenerationOptions(max_new_tokens=1, min_new_tokens=1))
     return session.last_stats.ttft_ms
+
+
+def _timed_preprocess(engine, shot) -> float:
+    """Raw BGRA capture -> pixel_values on the engine's device, as the engine does it on a miss."""
+    _sync(engine.device)
+    start = time.perf_counter()
+    preprocess(shot, engine.pp, engine.device)
+    _sync(engine.device)
+    return (time.perf_counter() - start) * 1000
 
 
 def _timed(session, text, images, new_tokens) -> float:
@@ -193,6 +214,11 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     s0, p0 = fresh()
     _first_token_ms(engine.open_session([s0]), QUESTION)
     base.generate([(p0, QUESTION, None)], 1)
+
+    p = results["p"] = Result("(p) 1080p screenshot -> pixel_values on the model's device")
+    for shot, png in zip(shots[:reps], pngs[:reps], strict=True):
+        p.engine.append(_timed_preprocess(engine, shot))
+        p.baseline.append(base.preprocess_ms(png))
 
     a = results["a"] = Result("(a) fresh screenshot -> first token")
     b = results["b"] = Result("(b) follow-up -> first token")
