@@ -149,98 +149,65 @@ def _token_ids(tokenizer) -> dict:
     }
 
 
-def tiny_config(tokenizer):
-    """A few-MB Qwen3-VL: the real architecture (DeepStack, interleaved M-RoPE), tiny widths."""
+def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int], **extra):
+    """A Qwen3-VL config with the parts every shape shares: interleaved M-RoPE at theta 5e6, patch 16,
+    merge 2, T=2, tied embeddings, and this tokenizer's special-token ids."""
     from transformers import Qwen3VLConfig
 
     ids = _token_ids(tokenizer)
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 5_000_000.0,
+        "mrope_section": mrope_section,
+        "mrope_interleaved": True,
+    }
     return Qwen3VLConfig(
         text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=16,
-            max_position_embeddings=32768,
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 5_000_000.0,
-                "mrope_section": [4, 2, 2],
-                "mrope_interleaved": True,
-            },
-            eos_token_id=ids["eos"],
-            pad_token_id=ids["pad"],
-            bos_token_id=ids["pad"],
-            initializer_range=0.3,  # wide random weights: greedy decoding then wanders instead of repeating
+            text, rope_parameters=rope, eos_token_id=ids["eos"], pad_token_id=ids["pad"], bos_token_id=ids["pad"]
         ),
-        vision_config=dict(
-            initializer_range=0.3,
-            depth=2,
-            hidden_size=32,
-            intermediate_size=64,
-            num_heads=2,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            out_hidden_size=64,
-            num_position_embeddings=256,
-            deepstack_visual_indexes=[0, 1],
-        ),
+        vision_config=dict(vision, patch_size=16, spatial_merge_size=2, temporal_patch_size=2),
         image_token_id=ids["image_token_id"],
         video_token_id=ids["video_token_id"],
         vision_start_token_id=ids["vision_start_token_id"],
         vision_end_token_id=ids["vision_end_token_id"],
         tie_word_embeddings=True,
+        **extra,
     )
+
+
+def tiny_config(tokenizer):
+    """A few-MB Qwen3-VL: the real architecture (DeepStack, interleaved M-RoPE), tiny widths."""
+    return _qwen3vl_config(
+        tokenizer,
+        text=dict(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+            initializer_range=0.3,  # wide random weights: greedy decoding then wanders instead of repeating
+        ),
+        vision=dict(
+            depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+            num_position_embeddings=256, deepstack_visual_indexes=[0, 1], initializer_range=0.3,
+        ),
+        mrope_section=[4, 2, 2],
+    )  # fmt: skip
 
 
 def qwen3vl_2b_config(tokenizer):
     """The real Qwen3-VL-2B-Instruct shape (DESIGN.md), with this tokenizer's special-token ids."""
-    from transformers import Qwen3VLConfig
-
-    ids = _token_ids(tokenizer)
-    return Qwen3VLConfig(
-        text_config=dict(
-            vocab_size=151_936,
-            hidden_size=2048,
-            intermediate_size=6144,
-            num_hidden_layers=28,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=262_144,
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 5_000_000.0,
-                "mrope_section": [24, 20, 20],
-                "mrope_interleaved": True,
-            },
-            eos_token_id=ids["eos"],
-            pad_token_id=ids["pad"],
-            bos_token_id=ids["pad"],
+    return _qwen3vl_config(
+        tokenizer,
+        text=dict(
+            vocab_size=151_936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+            num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=262_144,
             dtype="bfloat16",
         ),
-        vision_config=dict(
-            depth=24,
-            hidden_size=1024,
-            intermediate_size=4096,
-            num_heads=16,
-            patch_size=16,
-            spatial_merge_size=2,
-            temporal_patch_size=2,
-            out_hidden_size=2048,
-            num_position_embeddings=2304,
-            deepstack_visual_indexes=[5, 11, 17],
+        vision=dict(
+            depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2048,
+            num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17],
         ),
-        image_token_id=ids["image_token_id"],
-        video_token_id=ids["video_token_id"],
-        vision_start_token_id=ids["vision_start_token_id"],
-        vision_end_token_id=ids["vision_end_token_id"],
-        tie_word_embeddings=True,
+        mrope_section=[24, 20, 20],
         dtype="bfloat16",
-    )
+    )  # fmt: skip
 
 
 def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> Path:
