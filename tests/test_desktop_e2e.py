@@ -113,6 +113,18 @@ def pointer() -> tuple[int, int]:
     return int(values["X"]), int(values["Y"])
 
 
+def start_run(engine: str, trace_dir: Path, output=subprocess.PIPE) -> subprocess.Popen:
+    """`qvl-agent run --yes` in the background, as a person would start it from a terminal."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "qvl_agent", "run", "--engine", engine, "--yes", "--trace-dir", str(trace_dir), "Go"],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1"),
+        stdout=output,
+        stderr=output,
+        text=True,
+    )
+
+
 def test_recorded_clicks_and_typing_land_in_the_real_window(app, tmp_path):
     engine = replay(
         tmp_path,
@@ -175,26 +187,7 @@ def test_emergency_stop_during_a_wait_stops_before_the_next_action(app, tmp_path
         ],
     )
     trace_dir = tmp_path / "trace"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "qvl_agent",
-            "run",
-            "--engine",
-            engine,
-            "--yes",
-            "--trace-dir",
-            str(trace_dir),
-            "Go",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_run(engine, trace_dir)
     try:
         app.wait_state(lambda s: s["name"] == "abc")
         # Step 1 is in the trace once its line is written; step 2 (the wait) comes right after it.
@@ -245,25 +238,7 @@ def test_the_trace_is_complete_after_a_crash(app, tmp_path):
         ],
     )
     trace_dir = tmp_path / "trace"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "qvl_agent",
-            "run",
-            "--engine",
-            engine,
-            "--yes",
-            "--trace-dir",
-            str(trace_dir),
-            "Go",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = start_run(engine, trace_dir, output=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

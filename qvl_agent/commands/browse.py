@@ -48,14 +48,10 @@ def _check_url(url: str) -> str:
 
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
-    from qvl_agent.commands.run import default_trace_dir, print_event
+    from qvl_agent.commands.run import default_trace_dir, print_event, task_and_steps
     from qvl_agent.export import export_trace, write_browser_info
 
-    task = " ".join(args.task).strip()
-    if not task:
-        raise UsageError('The task is empty: say what to do, e.g. qvl-agent browse --url URL "Sign in".')
-    if args.max_steps < 1:
-        raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
+    task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
     url = _check_url(args.url)
     viewport = parse_viewport(args.viewport)
     export = Path(args.export) if args.export else None

@@ -65,12 +65,18 @@ def print_event(event: AgentEvent) -> None:
         print(f"step {event.step}: not carried out: {event.message}", flush=True)
 
 
-def run(args: argparse.Namespace, settings: Settings) -> int:
+def task_and_steps(args: argparse.Namespace, example: str) -> str:
+    """The task text, after the checks every agent command makes on it and on --max-steps."""
     task = " ".join(args.task).strip()
     if not task:
-        raise UsageError('The task is empty: say what to do, e.g. qvl-agent run "Open the settings".')
+        raise UsageError(f"The task is empty: say what to do, e.g. {example}.")
     if args.max_steps < 1:
         raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
+    return task
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    task = task_and_steps(args, 'qvl-agent run "Open the settings"')
     region = Region.parse(args.region) if args.region else None
     if args.monitor is not None:
         _check_monitor(args.monitor)
