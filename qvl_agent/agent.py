@@ -25,10 +25,10 @@ from qvl_agent import actions as A
 from qvl_agent import prompts
 from qvl_agent.act.base import ActionResult, Executor
 from qvl_agent.act.guard import Guard, Pixels
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.base import Engine, GenerationOptions, Session
 from qvl_agent.errors import ActionError, EmergencyStop, GenerationCancelled, ParseError, QvlError
-from qvl_agent.parse import GRID, parse_actions
+from qvl_agent.image import GRID, Screenshot
+from qvl_agent.parse import parse_actions
 from qvl_agent.trace import TraceWriter
 
 STATUSES = ("success", "failure", "stopped", "limit", "error")

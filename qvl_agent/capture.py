@@ -1,169 +1,18 @@
-"""Screenshots: what the model sees, where it came from, and how to get one.
+"""Live screen capture: display detection (the one Wayland check), the monitor list and mss grabs.
 
-A `Screenshot` carries raw pixel bytes (BGRA straight from mss, or RGB from a file), their size, where
-the captured area sits in the virtual desktop (physical pixels) and the monitor's scale factor, so that
-model coordinates can be mapped back to real pixels. Converting to PIL is slow (~50 ms for 1080p); the
-engine takes the raw bytes instead.
+Grabs come back as raw BGRA `Screenshot`s (see `image.py`); converting to PIL is slow (~50 ms for 1080p),
+so nothing here does.
 
 Platform specifics (display detection, mss, monitor lists) live here so the rest never branches on the OS.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
 
-import xxhash
-
-from qvl_agent.errors import CaptureError, ImageError
-
-Layout = Literal["BGRA", "RGB"]
-
-# Qwen3-VL's processor refuses nothing, but a decompression bomb would exhaust memory long before that.
-DEFAULT_MAX_FILE_PIXELS = 64_000_000
-
-
-@dataclass(frozen=True)
-class Region:
-    """A rectangle in physical pixels of the virtual desktop."""
-
-    left: int
-    top: int
-    width: int
-    height: int
-
-    @classmethod
-    def parse(cls, text: str) -> Region:
-        """Parse "X,Y,W,H" as given on the command line."""
-        try:
-            x, y, w, h = (int(part) for part in text.split(","))
-        except ValueError:
-            raise CaptureError(f"A region is X,Y,W,H in pixels, like 0,0,800,600, not {text!r}.") from None
-        if w <= 0 or h <= 0:
-            raise CaptureError(f"A region needs a positive width and height, not {text!r}.")
-        return cls(x, y, w, h)
-
-    def contains(self, x: float, y: float) -> bool:
-        return self.left <= x < self.left + self.width and self.top <= y < self.top + self.height
-
-
-@dataclass(frozen=True)
-class Screenshot:
-    """Raw pixels plus where they came from. `data` is `height * width * len(layout)` bytes, row-major."""
-
-    data: bytes = field(repr=False)
-    width: int
-    height: int
-    layout: Layout = "BGRA"
-    left: int = 0  # offset of the captured area in the virtual desktop, physical pixels
-    top: int = 0
-    scale: float = 1.0  # physical pixels per logical pixel of the captured monitor (HiDPI)
-    monitor: int | None = None  # mss monitor index, when a whole monitor was captured
-    source: str = "screen"  # a file path, "screen", "array", ...
-
-    def __post_init__(self) -> None:
-        expected = self.width * self.height * len(self.layout)
-        if self.width <= 0 or self.height <= 0 or len(self.data) != expected:
-            raise ImageError(
-                f"Image data of {len(self.data)} bytes does not match {self.width}x{self.height} {self.layout}."
-            )
-
-    @property
-    def size(self) -> tuple[int, int]:
-        return self.width, self.height
-
-    @property
-    def region(self) -> Region:
-        return Region(self.left, self.top, self.width, self.height)
-
-    @property
-    def content_hash(self) -> str:
-        """A fast hash of exactly what the model will see: the pixels, their shape and layout."""
-        cached = self.__dict__.get("_content_hash")
-        if cached is None:
-            # xxh3 reads a 1080p BGRA frame in under a millisecond; blake2b takes ~20 ms.
-            h = xxhash.xxh3_128()
-            h.update(f"{self.width}x{self.height}:{self.layout}:".encode())
-            h.update(self.data)
-            cached = h.hexdigest()
-            object.__setattr__(self, "_content_hash", cached)
-        return cached
-
-    def to_pil(self):
-        from PIL import Image
-
-        if self.layout == "BGRA":
-            return Image.frombuffer("RGBA", self.size, self.data, "raw", "BGRA", 0, 1).convert("RGB")
-        return Image.frombuffer("RGB", self.size, self.data, "raw", "RGB", 0, 1)
-
-    def to_png(self) -> bytes:
-        buf = io.BytesIO()
-        self.to_pil().save(buf, format="PNG", compress_level=1)
-        return buf.getvalue()
-
-    @classmethod
-    def from_pil(cls, image, source: str = "pil") -> Screenshot:
-        rgb = image.convert("RGB")
-        return cls(rgb.tobytes(), rgb.width, rgb.height, "RGB", source=source)
-
-    @classmethod
-    def from_array(cls, array, layout: Layout = "RGB", source: str = "array") -> Screenshot:
-        """From an `[H, W, 3]` RGB or `[H, W, 4]` BGRA uint8 array (numpy or anything with __array__)."""
-        import numpy as np
-
-        arr = np.ascontiguousarray(np.asarray(array, dtype=np.uint8))
-        if arr.ndim != 3 or arr.shape[2] != len(layout):
-            raise ImageError(f"Expected an [H, W, {len(layout)}] {layout} array, got shape {tuple(arr.shape)}.")
-        return cls(arr.tobytes(), arr.shape[1], arr.shape[0], layout, source=source)
-
-
-def load_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_FILE_PIXELS) -> Screenshot:
-    """Read an image file into RGB pixels, refusing anything that is not a whole, sane image."""
-    p = Path(path)
-    if not p.exists():
-        raise ImageError(f"No such image file: {p}.")
-    if p.is_dir():
-        raise ImageError(f"{p} is a folder, not an image file.")
-    if p.stat().st_size == 0:
-        raise ImageError(f"The image file {p} is empty (0 bytes).")
-    return _decode(p, str(p), max_pixels, source_name=str(p))
-
-
-def load_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_FILE_PIXELS, name: str = "image") -> Screenshot:
-    """The same checks as `load_image`, for bytes already in memory (HTTP uploads, page screenshots)."""
-    if not data:
-        raise ImageError(f"The {name} is empty (0 bytes).")
-    return _decode(io.BytesIO(data), f"The {name}", max_pixels, source_name=name)
-
-
-def _decode(source, subject: str, max_pixels: int, source_name: str) -> Screenshot:
-    """Decode `source` (a path or a file object); every failure becomes one sentence about `subject`."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(source) as im:
-            # The header alone gives the size: refuse bombs before decoding a single pixel.
-            w, h = im.size
-            if w * h > max_pixels:
-                raise ImageError(
-                    f"{subject} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
-                    "resize it or capture a region."
-                )
-            im.load()
-            return Screenshot.from_pil(im, source=source_name)
-    except ImageError:
-        raise
-    except UnidentifiedImageError:
-        raise ImageError(f"{subject} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
-    except Image.DecompressionBombError:
-        raise ImageError(f"{subject} has too many pixels to decode safely (limit {max_pixels:,}).") from None
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise ImageError(f"{subject} is truncated or corrupt and cannot be decoded ({exc}).") from None
-
+from qvl_agent.errors import CaptureError
+from qvl_agent.image import Region, Screenshot
 
 # --- live capture -------------------------------------------------------------------------------------
 

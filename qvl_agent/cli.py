@@ -12,7 +12,7 @@ import importlib
 import sys
 
 from qvl_agent import __version__, config
-from qvl_agent.errors import QvlError
+from qvl_agent.errors import QvlError, UsageError
 
 # Subcommand modules, in the order `--help` lists them.
 COMMANDS = ["ask", "run", "browse", "playwright", "trace", "tray", "serve", "doctor", "bench"]
@@ -30,6 +30,26 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", help="local (default), replay:FILE or openai:URL")
     parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     parser.add_argument("--api-key", help="key for --engine openai:URL (default: $QVL_API_KEY)")
+
+
+def task_and_steps(args: argparse.Namespace, example: str) -> str:
+    """The task text, after the checks every agent command (run, browse) makes on it and on --max-steps."""
+    task = " ".join(args.task).strip()
+    if not task:
+        raise UsageError(f"The task is empty: say what to do, e.g. {example}.")
+    if args.max_steps < 1:
+        raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
+    return task
+
+
+def print_event(event) -> None:
+    """One line per action or refused action of an agent run, for the terminal."""
+    from qvl_agent.act.guard import describe_pixels
+
+    if event.kind == "action" and event.action is not None:
+        print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
+    elif event.kind == "error":
+        print(f"step {event.step}: not carried out: {event.message}", flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""Model text -> actions, and model coordinates <-> physical pixels.
+"""Model text -> actions.
 
 `parse_actions` is the one place Qwen3-VL's text becomes typed actions. It takes real model output:
 `<tool_call>{...}</tool_call>` blocks (the closing tag may be missing), ```json fences, "Thought: ...
@@ -7,13 +7,7 @@ slips whose meaning is unambiguous: trailing commas, single quotes, Python liter
 missing or an extra closing brace. Anything else raises `ParseError` with one sentence naming what was
 wrong; the agent shows that sentence to the model.
 
-Coordinates: Qwen3-VL answers on a relative 0-1000 grid over the image it saw. We divide by 1000 (not
-999): the grid is a fraction of the width, so `x/1000*width` lands on the pixel holding that fraction, and
-the only point that falls outside, x = 1000 exactly, is clamped to the last pixel. Dividing by 999 would
-shift every point right by up to one part in a thousand (2 px on a 1920 screen) for no gain. The
-screenshot holds physical pixels and carries its offset in the virtual desktop, so the mapping is
-`left + x/1000*width`; the scale factor never enters it (it matters only to code working in logical units,
-such as Qt widgets). This module imports only the standard library.
+A pure function of the text: no I/O and no third-party imports (coordinates live in `image.py`).
 """
 
 from __future__ import annotations
@@ -24,10 +18,9 @@ import math
 import re
 
 from qvl_agent import actions as A
-from qvl_agent.capture import Screenshot
-from qvl_agent.errors import OffScreenError, ParseError
+from qvl_agent.errors import ParseError
+from qvl_agent.image import GRID
 
-GRID = 1000  # Qwen3-VL's relative coordinate grid
 TOOL_NAME = "computer_use"
 MAX_WAIT_S = 60.0
 _ALIASES = {"click": "left_click"}
@@ -305,34 +298,3 @@ def parse_actions(text: str) -> list[A.Action]:
         for call in value if isinstance(value, list) else [value]:
             found.append(action_from_arguments(_arguments(call, where)))
     return found
-
-
-# --- coordinates --------------------------------------------------------------------------------------
-
-
-def to_pixels(x: float, y: float, shot: Screenshot) -> tuple[int, int]:
-    """Model point (0-1000 over the screenshot) -> physical pixel of the virtual desktop.
-
-    x = 1000 (the right edge) is clamped to the last pixel; anything outside 0-1000 raises OffScreenError.
-    """
-    for value, axis in ((x, "x"), (y, "y")):
-        if not (isinstance(value, int | float) and math.isfinite(value)) or not 0 <= value <= GRID:
-            raise OffScreenError(f"The point ({x:g}, {y:g}) is off the screen: {axis} must be between 0 and {GRID}.")
-    px = min(math.floor(x * shot.width / GRID), shot.width - 1)
-    py = min(math.floor(y * shot.height / GRID), shot.height - 1)
-    return shot.left + px, shot.top + py
-
-
-def to_model(px: float, py: float, shot: Screenshot) -> tuple[float, float]:
-    """Physical pixel of the virtual desktop -> model point at that pixel's centre (inverse of
-    `to_pixels`: `to_pixels(*to_model(p), shot) == p`). A pixel outside the screenshot raises
-    OffScreenError."""
-    if not shot.region.contains(px, py):
-        raise OffScreenError(
-            f"The pixel ({px}, {py}) is outside the captured area "
-            f"{shot.width}x{shot.height} at ({shot.left}, {shot.top})."
-        )
-    return (
-        (math.floor(px) - shot.left + 0.5) * GRID / shot.width,
-        (math.floor(py) - shot.top + 0.5) * GRID / shot.height,
-    )

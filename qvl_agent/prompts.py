@@ -10,14 +10,16 @@ import string
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
 from qvl_agent.errors import ConfigError
 
 
 def _prompt_dir():
-    # The repository keeps the templates in prompts/ at its top; qvl_agent/prompts links there, and a
-    # wheel carries them as that folder of the package.
-    return resources.files("qvl_agent") / "prompts"
+    # A wheel carries the top-level prompts/ folder as qvl_agent/templates (pyproject's package-dir
+    # mapping); a source checkout reads it where it lies, next to the package.
+    packaged = resources.files("qvl_agent") / "templates"
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parent.parent / "prompts"
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.errors import InputError
+from qvl_agent.image import Screenshot
 
 TRACE_FILE = "trace.jsonl"
+
+
+def default_trace_dir() -> Path:
+    """A new run folder under the user's data folder: runs/<date>-<time>-<pid>."""
+    import platformdirs
+
+    root = Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "runs"
+    return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 def _now() -> str:

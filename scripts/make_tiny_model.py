@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from qvl_agent.engine.model_factory import save_random_model  # noqa: E402
+from qvl_agent.devtools.tiny_model import save_random_model  # noqa: E402
 
 
 def main() -> int:

@@ -8,11 +8,11 @@ import threading
 
 from qvl_agent import actions as A
 from qvl_agent.act.guard import Guard
-from qvl_agent.act.recording import RecordingExecutor
 from qvl_agent.agent import Agent
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.replay import ReplayEngine
+from qvl_agent.image import Screenshot
 from qvl_agent.trace import TraceWriter, read_trace
+from tests.support.recording import RecordingExecutor
 
 
 def screen(n: int, width: int = 200, height: int = 100) -> Screenshot:
@@ -75,7 +75,7 @@ def test_a_broken_reply_is_shown_to_the_model_and_retries_are_bounded():
 
 
 def test_off_screen_and_confined_points_are_refused_and_reported():
-    from qvl_agent.capture import Region
+    from qvl_agent.image import Region
 
     engine, ex, agent = make(
         [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.script_policy import check_script
+from qvl_agent.playwright.policy import check_script
 from qvl_agent.trace import read_trace
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, call, click_at, element_centres, measure_along, write_replay

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.capture import Screenshot
-from qvl_agent.commands.playwright import extract_script, write_script
 from qvl_agent.engine.replay import ReplayEngine
+from qvl_agent.image import Screenshot
+from qvl_agent.playwright.scripts import extract_script, write_script
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, write_replay
 from tests.pages.server import PageServer

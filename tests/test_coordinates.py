@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from qvl_agent.capture import Region, Screenshot, monitor_at
+from qvl_agent.capture import monitor_at
 from qvl_agent.errors import OffScreenError
-from qvl_agent.parse import to_model, to_pixels
+from qvl_agent.image import Region, Screenshot, to_model, to_pixels
 
 # What mss reports on a desk with two monitors: index 0 is the union, then each monitor.
 # Monitor 1: 1920x1080 at scale 1, primary. Monitor 2: a HiDPI panel LEFT of it, at a negative offset,

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.capture import Screenshot
-from qvl_agent.parse import to_model
+from qvl_agent.image import Screenshot, to_model
 from qvl_agent.trace import read_trace
 from tests.conftest import ROOT, run_cli
 from tests.support.display import display_works

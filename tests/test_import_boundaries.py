@@ -10,8 +10,9 @@ HEAVY = ("torch", "transformers", "PySide6", "pyautogui", "pynput", "playwright"
 CORE = [
     "qvl_agent.agent",
     "qvl_agent.parse",
+    "qvl_agent.image",
     "qvl_agent.actions",
-    "qvl_agent.export",
+    "qvl_agent.playwright.export",
     "qvl_agent.trace",
     "qvl_agent.act.base",
     "qvl_agent.act.guard",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.act.locate import focused, locate, to_playwright
+from qvl_agent.playwright.locate import focused, locate, to_playwright
 from tests.pages.helpers import CHROMIUM
 from tests.pages.server import PageServer
 

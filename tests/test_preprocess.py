@@ -5,8 +5,8 @@ import pytest
 import torch
 from PIL import Image
 
-from qvl_agent.capture import Screenshot, load_image
 from qvl_agent.engine.preprocess import PreprocessSettings, preprocess, visual_tokens
+from qvl_agent.image import Screenshot, load_image
 
 
 @pytest.fixture(scope="module")

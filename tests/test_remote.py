@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import DEFAULT_MODEL, Settings
 from qvl_agent.engine import open_engine
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.remote import RemoteEngine
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.errors import GenerationCancelled, RemoteEngineError
-from qvl_agent.server import create_app
+from qvl_agent.image import Screenshot
+from qvl_agent.server.app import create_app
 from tests.support.live_server import EchoEngine, LiveServer
 
 TOKEN = "remote-test-token"

@@ -17,7 +17,7 @@ from PIL import Image
 
 from qvl_agent.config import Settings
 from qvl_agent.engine.replay import ReplayEngine
-from qvl_agent.server import create_app
+from qvl_agent.server.app import create_app
 from tests.support.live_server import EchoEngine, LiveServer
 
 TOKEN = "test-token-123"

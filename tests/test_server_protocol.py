@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from qvl_agent.capture import Screenshot
-from qvl_agent.server_pool import fingerprint
-from qvl_agent.server_protocol import ApiError, ImageDecoder, parse_chat_request
-from qvl_agent.server_worker import StopFilter
+from qvl_agent.image import Screenshot
+from qvl_agent.server.pool import fingerprint
+from qvl_agent.server.protocol import ApiError, ImageDecoder, parse_chat_request
+from qvl_agent.server.worker import StopFilter
 
 
 def parse(body: dict, max_tokens: int = 64):

@@ -15,9 +15,9 @@ import openai
 import pytest
 from PIL import Image
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.remote import RemoteEngine
+from qvl_agent.image import Screenshot
 from tests.support.live_server import start_serve, stop_serve
 
 pytestmark = pytest.mark.slow

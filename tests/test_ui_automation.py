@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.capture import Region, Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.replay import ReplayEngine
+from qvl_agent.image import Region, Screenshot
 
 pytest.importorskip("pytestqt")
 
@@ -38,10 +38,10 @@ def stripes(width=320, height=200) -> Screenshot:
 def rig(qtbot, tmp_path):
     from shiboken6 import isValid
 
-    from qvl_agent.act.recording import RecordingExecutor
     from qvl_agent.ui.ask_window import AskWindow
     from qvl_agent.ui.automation import Automation
     from qvl_agent.ui.engine_worker import EngineHost
+    from tests.support.recording import RecordingExecutor
 
     class Rig:
         def __init__(self):

@@ -14,8 +14,8 @@ from functools import partial
 
 import pytest
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.replay import ReplayEngine
+from qvl_agent.image import Screenshot
 
 pytest.importorskip("pytestqt")
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from qvl_agent.actions import Action
-from qvl_agent.capture import Screenshot
+from qvl_agent.image import Screenshot
 
 
 @dataclass(frozen=True)

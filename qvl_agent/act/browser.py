@@ -22,11 +22,10 @@ from pathlib import Path
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
-from qvl_agent.act.locate import Located, element_state, focused, is_unique, locate, to_playwright
-from qvl_agent.browser_flags import CHROMIUM_ARGS
-from qvl_agent.capture import Screenshot, load_image_bytes
 from qvl_agent.errors import ActionError, BrowserError, UsageError
-from qvl_agent.parse import to_pixels
+from qvl_agent.image import Screenshot, load_image_bytes, to_pixels
+from qvl_agent.playwright.flags import CHROMIUM_ARGS
+from qvl_agent.playwright.locate import Located, element_state, focused, is_unique, locate, to_playwright
 
 SYSTEM_CHROMIUMS = (
     "chromium",

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.base import ActionResult
-from qvl_agent.capture import Region, Screenshot
 from qvl_agent.errors import ActionError, CaptureError, EmergencyStop
-from qvl_agent.parse import to_pixels
+from qvl_agent.image import Region, Screenshot, to_pixels
 
 PAUSE_S = 0.005  # after each pyautogui call; X servers and toolkits keep up with this easily
 DRAG_S = 0.2  # toolkits miss drags that jump straight to the end point

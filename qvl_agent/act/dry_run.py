@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult, Executor
-from qvl_agent.capture import Screenshot
-from qvl_agent.parse import to_pixels
+from qvl_agent.image import Screenshot, to_pixels
 
 
 class DryRunExecutor:

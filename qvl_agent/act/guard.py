@@ -23,9 +23,8 @@ import threading
 from collections.abc import Callable
 
 from qvl_agent import actions as A
-from qvl_agent.capture import Region, Screenshot
 from qvl_agent.errors import EmergencyStop, OffScreenError
-from qvl_agent.parse import to_pixels
+from qvl_agent.image import Region, Screenshot, to_pixels
 
 MODES = ("confirm", "auto", "dry-run")
 DEFAULT_STOP_HOTKEY = "<ctrl>+<alt>+<esc>"

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from qvl_agent import capture
+from qvl_agent import capture, image
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import STATS_KEYS, GenerationOptions, open_engine
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     settings = replace(settings, max_new_tokens=args.max_new_tokens, max_pixels=args.max_pixels)
 
     # Read the image before loading a model: bad input should fail in milliseconds.
-    shot = capture.grab(monitor=args.monitor) if args.screen else capture.load_image(args.image)
+    shot = capture.grab(monitor=args.monitor) if args.screen else image.load_image(args.image)
     options = GenerationOptions(max_new_tokens=settings.max_new_tokens)
     with open_engine(settings) as engine:
         session = engine.open_session([shot])

@@ -20,7 +20,7 @@ def register(sub) -> None:
 
 
 def run(args, settings) -> int:
-    from qvl_agent.engine import bench
+    from qvl_agent.devtools import bench
 
     report = bench.run(args.model, args.device, max(1, args.reps), log=lambda m: print(m, file=sys.stderr))
     print(bench.format_table(report))

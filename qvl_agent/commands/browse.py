@@ -18,11 +18,11 @@ from pathlib import Path
 
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
-from qvl_agent.cli import add_engine_args
+from qvl_agent.cli import add_engine_args, print_event, task_and_steps
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import QvlError, UsageError
-from qvl_agent.trace import TraceWriter
+from qvl_agent.trace import TraceWriter, default_trace_dir
 
 
 def register(sub) -> None:
@@ -48,8 +48,7 @@ def _check_url(url: str) -> str:
 
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
-    from qvl_agent.commands.run import default_trace_dir, print_event, task_and_steps
-    from qvl_agent.export import export_trace, write_browser_info
+    from qvl_agent.playwright.export import export_trace, write_browser_info
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
     url = _check_url(args.url)

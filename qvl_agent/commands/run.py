@@ -12,21 +12,20 @@ usage or input. Every run writes a trace folder (`qvl-agent trace show DIR` prin
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from pathlib import Path
 
 from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
-from qvl_agent.act.guard import Guard, describe_pixels
-from qvl_agent.agent import Agent, AgentEvent
-from qvl_agent.capture import Region, list_monitors
-from qvl_agent.cli import add_engine_args
+from qvl_agent.act.guard import Guard
+from qvl_agent.agent import Agent
+from qvl_agent.capture import list_monitors
+from qvl_agent.cli import add_engine_args, print_event, task_and_steps
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
-from qvl_agent.trace import TraceWriter
+from qvl_agent.image import Region
+from qvl_agent.trace import TraceWriter, default_trace_dir
 
 
 def register(sub) -> None:
@@ -44,35 +43,11 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def default_trace_dir() -> Path:
-    import platformdirs
-
-    root = Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "runs"
-    return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-
-
 def _check_monitor(monitor: int) -> None:
     """A run works on one monitor, so unlike `ask --screen` it takes no 0 (the whole desktop)."""
     count = len(list_monitors()) - 1
     if not 1 <= monitor <= count:
         raise UsageError(f"There is no monitor {monitor} to work on: use 1 to {count} (or --region X,Y,W,H).")
-
-
-def print_event(event: AgentEvent) -> None:
-    if event.kind == "action" and event.action is not None:
-        print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
-    elif event.kind == "error":
-        print(f"step {event.step}: not carried out: {event.message}", flush=True)
-
-
-def task_and_steps(args: argparse.Namespace, example: str) -> str:
-    """The task text, after the checks every agent command makes on it and on --max-steps."""
-    task = " ".join(args.task).strip()
-    if not task:
-        raise UsageError(f"The task is empty: say what to do, e.g. {example}.")
-    if args.max_steps < 1:
-        raise UsageError(f"--max-steps must be at least 1, not {args.max_steps}.")
-    return task
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

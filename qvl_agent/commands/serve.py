@@ -73,8 +73,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from qvl_agent.engine import open_engine
-    from qvl_agent.server import create_app
-    from qvl_agent.server_auth import resolve_token
+    from qvl_agent.server.app import create_app
+    from qvl_agent.server.auth import resolve_token
 
     for name in ("max_queue", "max_body_mb"):
         if getattr(args, name) < 1:

@@ -17,8 +17,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.errors import GenerationCancelled
+from qvl_agent.image import Screenshot
 
 STATS_KEYS = (
     "preprocess_ms",

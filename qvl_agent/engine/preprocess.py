@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 from torchvision.transforms.v2 import functional as tvF
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.errors import ImageError
+from qvl_agent.image import Screenshot
 
 
 @dataclass(frozen=True)

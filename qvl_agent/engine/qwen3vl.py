@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.engine.context import Context, ImageSpan, reusable_prefix, tokenize_with_images
@@ -31,6 +30,7 @@ from qvl_agent.engine.decode import TextStream, select_token
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
 from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
 from qvl_agent.errors import EngineError, GenerationCancelled, ModelNotFoundError
+from qvl_agent.image import Screenshot
 
 # Tokens the GPU's static KV slot holds: the longest conversation that decodes through CUDA graphs
 # (112 KiB a token on the 2B model: 1.75 GiB). Longer ones still run, on the eager path.

@@ -22,10 +22,10 @@ from collections.abc import Iterator, Sequence
 
 import httpx
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import DEFAULT_MODEL
 from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import GenerationCancelled, RemoteEngineError
+from qvl_agent.image import Screenshot
 
 STAT_FIELDS = ("preprocess_ms", "vision_ms", "prefill_tokens", "prompt_tokens", "cached_tokens")
 MIN_DECODE_INTERVAL_S = 0.005  # first-to-last chunk gaps shorter than this are a burst, not a decode rate

@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.base import Engine, GenerationOptions, Request, Session, TurnStats
 from qvl_agent.errors import EngineError, GenerationCancelled, ReplayExhaustedError
+from qvl_agent.image import Screenshot
 
 
 def _pieces(text: str) -> list[str]:

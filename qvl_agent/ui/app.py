@@ -24,10 +24,10 @@ from PySide6.QtCore import QObject, QTimer, Slot
 from PySide6.QtGui import QAction, QCursor
 from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import CaptureError
+from qvl_agent.image import Screenshot
 from qvl_agent.ui import hotkeys as hk
 from qvl_agent.ui.ask_window import AskWindow
 from qvl_agent.ui.automation import Automation

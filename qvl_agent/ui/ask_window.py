@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.base import GenerationOptions, TurnStats
+from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import Conversation, EngineHost
 from qvl_agent.ui.screen import to_qimage
 

@@ -22,8 +22,8 @@ from PySide6.QtWidgets import QMessageBox, QWidget
 
 from qvl_agent import actions as A
 from qvl_agent.act.guard import Guard, describe_pixels
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
+from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import EngineHost
 from qvl_agent.ui.overlay import ClickMarker
 
@@ -135,9 +135,8 @@ class Automation(QObject):
 
         def job(engine):
             from qvl_agent.agent import Agent
-            from qvl_agent.commands.run import default_trace_dir
             from qvl_agent.engine.base import GenerationOptions
-            from qvl_agent.trace import TraceWriter
+            from qvl_agent.trace import TraceWriter, default_trace_dir
 
             trace_dir = default_trace_dir()
             if trace_root is not None:

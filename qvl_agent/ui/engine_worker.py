@@ -19,9 +19,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.base import Engine, GenerationOptions, Session
 from qvl_agent.errors import GenerationCancelled, QvlError
+from qvl_agent.image import Screenshot
 
 
 @dataclass

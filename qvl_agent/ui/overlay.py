@@ -12,7 +12,7 @@ from PySide6.QtCore import QPoint, QRect, Qt, Signal
 from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QPixmap, QScreen
 from PySide6.QtWidgets import QWidget
 
-from qvl_agent.capture import Region, Screenshot
+from qvl_agent.image import Region, Screenshot
 from qvl_agent.ui.screen import to_logical, to_physical, to_qimage
 
 MIN_REGION = 8  # physical pixels a side: anything smaller was a click, not a drag

@@ -11,8 +11,8 @@ from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QCursor, QGuiApplication, QImage, QScreen
 
 from qvl_agent import capture
-from qvl_agent.capture import Region, Screenshot
 from qvl_agent.errors import CaptureError
+from qvl_agent.image import Region, Screenshot
 
 
 def screen_under_pointer() -> tuple[QScreen, QPoint]:

@@ -23,9 +23,9 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QWidget
 
 from qvl_agent import prompts
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import GenerationOptions
+from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import EngineHost
 
 ATTEMPTS = 3  # scripts the model may write before giving up, as `qvl-agent playwright` defaults to
@@ -149,7 +149,7 @@ def ask_for_url(guess: str, parent: QWidget | None) -> str | None:
 def generate_script(engine, settings: Settings, url: str, task: str, path: Path, attempts: int = ATTEMPTS):
     """`qvl-agent playwright --verify` on the calling (engine) thread: (path or None, one-line summary)."""
     from qvl_agent.act.browser import BrowserExecutor
-    from qvl_agent.commands.playwright import write_script
+    from qvl_agent.playwright.scripts import write_script
 
     executor = BrowserExecutor(url, configured_browser=settings.browser, headless=True)
     try:

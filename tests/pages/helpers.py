@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from qvl_agent.export import SCRIPT_CHROMIUM_ARGS
+from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
 
 CHROMIUM = "/usr/bin/chromium"
 VIEWPORT = (1280, 800)

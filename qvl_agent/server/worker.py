@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from qvl_agent.engine.base import Engine, Session
 from qvl_agent.errors import GenerationCancelled
-from qvl_agent.server_pool import SessionPool
-from qvl_agent.server_protocol import ChatRequest
+from qvl_agent.server.pool import SessionPool
+from qvl_agent.server.protocol import ChatRequest
 
 
 class Job:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from qvl_agent.browser_flags import SAFE_CHROMIUM_ARGS
 from qvl_agent.errors import InputError
+from qvl_agent.playwright.flags import SAFE_CHROMIUM_ARGS
 
 # module -> the attributes a script may use on it (None: any public attribute). Explicit lists, because
 # modules hold other modules (re.enum.sys, json.decoder.re, datetime.sys) that lead to os.

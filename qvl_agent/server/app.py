@@ -29,10 +29,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import Engine
-from qvl_agent.server_auth import bearer_matches, token_matches
-from qvl_agent.server_metrics import Metrics
-from qvl_agent.server_pool import SessionPool
-from qvl_agent.server_protocol import (
+from qvl_agent.server.auth import bearer_matches, token_matches
+from qvl_agent.server.metrics import Metrics
+from qvl_agent.server.pool import SessionPool
+from qvl_agent.server.protocol import (
     ApiError,
     ImageDecoder,
     completion_body,
@@ -40,8 +40,8 @@ from qvl_agent.server_protocol import (
     parse_chat_request,
     usage_dict,
 )
-from qvl_agent.server_stream import ClientGone, Reader, api_error, qvl_stats, stat_headers, stream_chunks
-from qvl_agent.server_worker import ChatResult, Job, Scheduler, chat_work
+from qvl_agent.server.stream import ClientGone, Reader, api_error, qvl_stats, stat_headers, stream_chunks
+from qvl_agent.server.worker import ChatResult, Job, Scheduler, chat_work
 
 
 def create_app(

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.browser_flags import CHROMIUM_ARGS
+from qvl_agent.playwright.flags import CHROMIUM_ARGS
 
 # Chromium flags the exported script passes (the same as the executor's): no network calls of its own.
 SCRIPT_CHROMIUM_ARGS = list(CHROMIUM_ARGS)

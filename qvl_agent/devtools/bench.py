@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.config import Settings
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.preprocess import preprocess
 from qvl_agent.engine.qwen3vl import Qwen3VLEngine, pick_device
+from qvl_agent.image import Screenshot
 
 QUESTION = "What is on this screen, and where is the Save button?"
 FOLLOW_UP = "And what is the window's title?"
@@ -156,7 +156,7 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     """Save a random-weight model of `shape`, initialised on the device (fast even for 2B)."""
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
 
-    from qvl_agent.engine import model_factory as mf
+    from qvl_agent.devtools import tiny_model as mf
 
     processor = mf.build_processor()
     config = {"tiny": mf.tiny_config, "2b": mf.qwen3vl_2b_config}[shape](processor.tokenizer)

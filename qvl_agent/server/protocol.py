@@ -22,9 +22,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from qvl_agent.capture import Screenshot, load_image_bytes
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.errors import ImageError
+from qvl_agent.image import Screenshot, load_image_bytes
 
 IMAGE_MIME_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG", "image/webp": "WEBP"}
 MAX_TOKENS_CAP = 32_768  # beyond any sane reply; the engine's context is the real bound

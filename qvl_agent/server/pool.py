@@ -19,8 +19,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from qvl_agent.capture import Screenshot
 from qvl_agent.engine.base import Engine, Session
+from qvl_agent.image import Screenshot
 
 
 def fingerprint(system: str | None, turns: Iterable[tuple[str, Sequence[Screenshot], str]]) -> str:

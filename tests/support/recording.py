@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
-from qvl_agent.capture import Screenshot
 from qvl_agent.errors import ActionError
-from qvl_agent.parse import to_pixels
+from qvl_agent.image import Screenshot, to_pixels
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import time
 from fastapi import Request
 
 from qvl_agent.errors import GenerationCancelled, InputError, QvlError
-from qvl_agent.server_metrics import Metrics
-from qvl_agent.server_protocol import ApiError, ChatRequest, chunk_body, completion_id, sse, usage_dict
-from qvl_agent.server_worker import ChatResult, Job
+from qvl_agent.server.metrics import Metrics
+from qvl_agent.server.protocol import ApiError, ChatRequest, chunk_body, completion_id, sse, usage_dict
+from qvl_agent.server.worker import ChatResult, Job
 
 log = logging.getLogger("qvl_agent.server")
 POLL_S = 0.25  # how often a waiting handler checks whether its client is still there
