@@ -298,3 +298,22 @@ def parse_actions(text: str) -> list[A.Action]:
         for call in value if isinstance(value, list) else [value]:
             found.append(action_from_arguments(_arguments(call, where)))
     return found
+
+
+# --- grounding answers ----------------------------------------------------------------------------------
+
+_POINT_2D = re.compile(rf'"?point_2d"?\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]')
+_BBOX_2D = re.compile(rf'"?bbox_2d"?\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]')
+
+
+def parse_point(text: str) -> A.Point | None:
+    """The first point a grounding answer names: `{"point_2d": [x, y]}`, or the centre of
+    `{"bbox_2d": [x1, y1, x2, y2]}` (0-1000 grid, fences and trailing text tolerated); None when there is none."""
+    text = _THINK.sub("", text)
+    point, box = _POINT_2D.search(text), _BBOX_2D.search(text)
+    if point and (not box or point.start() < box.start()):
+        return float(point.group(1)), float(point.group(2))
+    if box:
+        x1, y1, x2, y2 = (float(g) for g in box.groups())
+        return (x1 + x2) / 2, (y1 + y2) / 2
+    return None

@@ -66,6 +66,8 @@ class GenerationOptions:
     max_new_tokens: int = 512
     temperature: float = 0.0  # 0 means greedy
     top_p: float = 1.0
+    top_k: int = 0  # 0 means no top-k cut
+    presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
     stop: tuple[str, ...] = ()
     min_new_tokens: int = 0  # benchmarks force fixed lengths; nobody else should need this
 
