@@ -1,4 +1,4 @@
-"""Pure pieces of the server: request parsing into turns, the content fingerprint, the stop filter."""
+"""Pure pieces of the server: request parsing into turns, the content fingerprint, the stop hold-back."""
 
 from __future__ import annotations
 
@@ -8,12 +8,11 @@ import pytest
 
 from qvl_agent.image import Screenshot
 from qvl_agent.server.pool import fingerprint
-from qvl_agent.server.protocol import ApiError, ImageDecoder, parse_chat_request
-from qvl_agent.server.worker import StopFilter
+from qvl_agent.server.protocol import MAX_STOP_CHARS, ApiError, parse_chat_request
 
 
 def parse(body: dict, max_tokens: int = 64):
-    return parse_chat_request(json.dumps(body).encode(), ImageDecoder(1_000_000), max_tokens)
+    return parse_chat_request(json.dumps(body).encode(), max_tokens)
 
 
 def test_messages_become_history_turns_and_a_last_question():
@@ -46,6 +45,11 @@ def test_messages_become_history_turns_and_a_last_question():
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
         ({"messages": [{"role": "user", "content": "x"}], "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": "x" * (MAX_STOP_CHARS + 1)}, "stop"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": [""]}, "stop"),
+        ({"messages": [{"role": "user", "content": "x"}], "temperature": True}, "temperature"),
+        ({"messages": [{"role": "user", "content": "x"}], "stream": 1}, "stream"),
+        ({"messages": [{"role": "user", "content": "x"}], "top_k": -1}, "top_k"),
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0]"),
         ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": ""}, {"role": "user", "content": "x"}]}, "messages[0].content"),
@@ -68,9 +72,19 @@ def test_fingerprint_covers_text_images_replies_and_shape():
     assert base != fingerprint("sys", [("q", [], "r")])
 
 
-def test_stop_filter_holds_back_a_stop_string_split_across_pieces():
-    f = StopFilter(("</end>",))
-    out = [f.feed(p) for p in ["Hello", " wor", "ld</e", "nd> more"]]
+def test_sampling_fields_reach_the_generation_options():
+    chat = parse({"messages": [{"role": "user", "content": "x"}], "top_k": 20, "presence_penalty": 1.5, "top_p": 0.8})
+    assert (chat.options.top_k, chat.options.presence_penalty, chat.options.top_p) == (20, 1.5, 0.8)
+
+
+def test_the_worker_holds_back_a_stop_string_split_across_pieces_with_the_engines_stream():
+    from qvl_agent.engine.decode import TextStream
+    from qvl_agent.server.worker import _PieceTokenizer
+
+    tokens = _PieceTokenizer()
+    f = TextStream(tokens, ("</end>",))
+    out = [tokens.push(f, p) for p in ["Hello", " wor", "ld</e", "nd> more"]]
     assert "".join(out) == "Hello world" and f.stopped
-    g = StopFilter(("</end>",))
-    assert "".join(g.feed(p) for p in ["a</e", "x b"]) + g.flush() == "a</ex b" and not g.stopped
+    tokens = _PieceTokenizer()
+    g = TextStream(tokens, ("</end>",))
+    assert "".join(tokens.push(g, p) for p in ["a</e", "x b"]) + g.flush() == "a</ex b" and not g.stopped

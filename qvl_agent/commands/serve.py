@@ -2,8 +2,8 @@
 
     qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token]
 
-Prints the chat page's address with its token (http://127.0.0.1:PORT/?token=TOKEN) once the model is
-loaded and the port is listening. `--port 0` picks a free port (the printed address has the real one).
+Prints the model id that requests name, then the chat page's address with its token
+(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening. `--port 0` picks a free port (the printed address has the real one).
 """
 
 from __future__ import annotations
@@ -36,8 +36,17 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--max-image-pixels", type=int, help="largest image in pixels (default: the max_pixels setting)"
     )
+    parser.add_argument("--max-images", type=int, default=16, help="images per request before 413 (16)")
     parser.add_argument(
-        "--allow-image-urls", action="store_true", help="fetch http(s) image URLs (off: data: URLs only)"
+        "--max-total-pixels", type=int, default=40_000_000, help="pixels of all images per request (40000000)"
+    )
+    parser.add_argument(
+        "--max-prompt-tokens", type=int, default=32_768, help="prompt tokens per request before 400 (32768)"
+    )
+    parser.add_argument(
+        "--allow-image-urls",
+        action="store_true",
+        help="fetch http(s) image URLs from public addresses (off: data: URLs only)",
     )
     parser.set_defaults(func=run)
 
@@ -72,11 +81,13 @@ def _browser_host(host: str) -> str:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
+    from qvl_agent.config import DEFAULT_MODEL
     from qvl_agent.engine import open_engine
     from qvl_agent.server.app import create_app
     from qvl_agent.server.auth import resolve_token
+    from qvl_agent.server.transport import uvicorn_config
 
-    for name in ("max_queue", "max_body_mb"):
+    for name in ("max_queue", "max_body_mb", "max_images", "max_total_pixels", "max_prompt_tokens"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
     if args.timeout <= 0:
@@ -89,6 +100,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     def ready() -> None:
         # Printed once uvicorn accepts requests (and handles Ctrl+C), so the address is live when seen.
         print(token_note, flush=True)
+        also = f" ({DEFAULT_MODEL!r} works too)" if settings.model != DEFAULT_MODEL else ""
+        print(f"Model id for requests: {settings.model!r}{also}", flush=True)
         print(f"OpenAI-compatible API: {base}/v1", flush=True)
         print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
 
@@ -105,12 +118,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             max_queue=args.max_queue,
             max_body_bytes=args.max_body_mb * 1024 * 1024,
             max_image_pixels=args.max_image_pixels,
+            max_images=args.max_images,
+            max_total_pixels=args.max_total_pixels,
+            max_prompt_tokens=args.max_prompt_tokens,
             request_timeout_s=args.timeout,
             allow_image_urls=args.allow_image_urls,
             on_ready=ready,
         )
-        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5)
-        uvicorn.Server(config).run(sockets=[sock])
+        uvicorn.Server(uvicorn_config(app, timeout_graceful_shutdown=5)).run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # uvicorn re-raises Ctrl+C after its graceful shutdown: stopping a server is success
     finally:

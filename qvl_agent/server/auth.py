@@ -1,8 +1,14 @@
-"""The server's bearer token: where it comes from and how requests are checked against it.
+"""Who may use the server: the bearer token, where it is kept, and what `--no-token` still demands.
 
 The token is `Settings.api_token` (from `QVL_API_TOKEN`) when set; otherwise one is generated on first
-run and kept in `<config dir>/api_token`, created with mode 0600 so other users cannot read it.
-Running without a token is allowed only on a loopback address, and only when asked for.
+run and kept in `<config dir>/api_token`, created with mode 0600. An existing file is opened without
+following a symbolic link, must belong to the person running the server, and is made private (0600)
+with a notice when others could read it. Tokens shorter than 16 characters are refused.
+
+`Authenticator` is the one FastAPI dependency every protected route uses. With a token it checks
+`Authorization: Bearer TOKEN` in constant time. Without one (`--no-token`, loopback only) it still
+refuses what a web page in the person's browser could send: a request whose `Host` is not a loopback
+name (DNS rebinding) and a POST that is not `Content-Type: application/json` (a cross-site form).
 """
 
 from __future__ import annotations
@@ -11,15 +17,20 @@ import hmac
 import ipaddress
 import os
 import secrets
+import stat
 from pathlib import Path
 
+from fastapi import Request
+
 from qvl_agent.errors import ConfigError, UsageError
+from qvl_agent.server.protocol import ApiError
 
 TOKEN_FILE = "api_token"
+MIN_TOKEN_CHARS = 16
 
 
 def is_loopback(host: str) -> bool:
-    if host == "localhost":
+    if host.lower() == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -27,30 +38,60 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def load_or_create_token(directory: Path) -> tuple[str, Path, bool]:
-    """(token, file, created): the stored token, or a new one written with mode 0600."""
-    path = directory / TOKEN_FILE
+def read_token_file(path: Path) -> tuple[str, str | None]:
+    """(token, notice or None) from an existing token file, checked and made private if it was not."""
     try:
-        token = path.read_text(encoding="utf-8").strip()
-        if token:
-            return token, path, False
-    except FileNotFoundError:
-        pass
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
+        if os.path.islink(path):
+            raise ConfigError(f"The API token file {path} is a symbolic link; replace it with a file.") from None
         raise ConfigError(f"Cannot read the API token file {path} ({exc.strerror}).") from None
+    notice = None
+    with os.fdopen(fd, "r", encoding="utf-8") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"The API token file {path} is not a regular file.")
+        if hasattr(os, "getuid") and info.st_uid != os.getuid():
+            raise ConfigError(
+                f"The API token file {path} belongs to another user (uid {info.st_uid}); "
+                "delete it so a new one is made."
+            )
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o077:
+            os.fchmod(fh.fileno(), 0o600)
+            notice = f"The API token file {path} was readable by others (mode {mode:04o}); changed it to 0600."
+        token = fh.read(4096).strip()
+    check_token(token, f"The API token in {path}")
+    return token, notice
+
+
+def check_token(token: str, where: str) -> None:
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(
+            f"{where} is {len(token)} characters long; use at least {MIN_TOKEN_CHARS} (or delete the file "
+            "so a new one is made)."
+        )
+
+
+def load_or_create_token(directory: Path) -> tuple[str, Path, str]:
+    """(token, file, how): the stored token, or a new one written with mode 0600."""
+    path = directory / TOKEN_FILE
+    if path.exists() or path.is_symlink():
+        token, notice = read_token_file(path)
+        return token, path, notice or f"API token read from {path} (mode 0600)."
     token = secrets.token_urlsafe(32)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{TOKEN_FILE}.{os.getpid()}.tmp")
         # Created 0600 from the start: the secret is never readable by others, not even briefly.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(tmp, flags, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(token + "\n")
-        os.chmod(tmp, 0o600)
         tmp.replace(path)
     except OSError as exc:
         raise ConfigError(f"Cannot write the API token file {path} ({exc.strerror}).") from None
-    return token, path, True
+    return token, path, f"API token created in {path} (mode 0600)."
 
 
 def resolve_token(settings_token: str, directory: Path, host: str, no_token: bool) -> tuple[str | None, str]:
@@ -58,11 +99,12 @@ def resolve_token(settings_token: str, directory: Path, host: str, no_token: boo
     if no_token:
         if not is_loopback(host):
             raise UsageError(f"--no-token is only allowed on a loopback address (127.0.0.1, ::1), not {host}.")
-        return None, "No API token: anyone on this machine can use the server."
+        return None, "No API token: programs on this machine can use the server (web pages cannot)."
     if settings_token:
+        check_token(settings_token, "QVL_API_TOKEN")
         return settings_token, "API token from QVL_API_TOKEN."
-    token, path, created = load_or_create_token(directory)
-    return token, f"API token {'created in' if created else 'read from'} {path} (mode 0600)."
+    token, _, note = load_or_create_token(directory)
+    return token, note
 
 
 def bearer_matches(header: str | None, token: str) -> bool:
@@ -75,3 +117,39 @@ def bearer_matches(header: str | None, token: str) -> bool:
 
 def token_matches(value: str | None, token: str) -> bool:
     return bool(value) and hmac.compare_digest(value.encode(), token.encode())
+
+
+class Authenticator:
+    """The FastAPI dependency of every protected route (`dependencies=[Depends(auth)]`)."""
+
+    def __init__(self, token: str | None):
+        self.token = token
+
+    async def __call__(self, request: Request) -> None:
+        if self.token is not None:
+            if not bearer_matches(request.headers.get("authorization"), self.token):
+                raise ApiError(
+                    401,
+                    "Missing or wrong API token: send 'Authorization: Bearer TOKEN' "
+                    "(qvl-agent serve prints where the token is).",
+                    type="authentication_error",
+                    code="invalid_api_key",
+                )
+            return
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if not is_loopback(name):
+            raise ApiError(
+                403,
+                "This server runs without a token and answers only requests addressed to a loopback name "
+                "(localhost, 127.0.0.1, [::1]).",
+                type="permission_error",
+                code="host_not_allowed",
+            )
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if request.method == "POST" and content_type != "application/json":
+            raise ApiError(
+                415,
+                "Send the request body as JSON with 'Content-Type: application/json'.",
+                code="unsupported_media_type",
+            )

@@ -1,123 +1,125 @@
-"""Server metrics in the Prometheus text exposition format (version 0.0.4), with no dependency.
+"""Server metrics with `prometheus_client`, one registry per app, and the middleware that counts requests.
 
-Counters and histograms are updated from the event loop and read by `GET /metrics`; a lock keeps a
-scrape consistent. Gauges that describe live state (queue depth, running generations, pooled
-sessions) are read from callables at scrape time.
+`RequestMetrics` is the one ASGI middleware that counts every response by endpoint and status code.
+Endpoints are the server's own routes; every other path counts as `other`, so a scan of unique paths
+cannot grow the output (and label values are escaped by the library). Gauges that describe live state
+(queue depth, running generations, pooled sessions) and the engine's feature-cache counters are read
+from callables at scrape time.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
 from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 RATE_BUCKETS = (1, 5, 10, 25, 50, 100, 200, 400, 800, 1600)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OTHER_ENDPOINT = "other"
+
+Live = dict[str, tuple[str, Callable[[], float]]]  # name -> (help, read)
 
 
-class Histogram:
-    def __init__(self, buckets: tuple[float, ...]):
-        self.buckets = buckets
-        self.counts = [0] * len(buckets)
-        self.total = 0
-        self.sum = 0.0
+class _LiveValues(Collector):
+    def __init__(self, gauges: Live, counters: Live):
+        self.gauges, self.counters = gauges, counters
 
-    def observe(self, value: float) -> None:
-        self.total += 1
-        self.sum += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-
-    def lines(self, name: str) -> list[str]:
-        out = [f'{name}_bucket{{le="{b:g}"}} {c}' for b, c in zip(self.buckets, self.counts, strict=True)]
-        out.append(f'{name}_bucket{{le="+Inf"}} {self.total}')
-        out.append(f"{name}_sum {self.sum:.6f}")
-        out.append(f"{name}_count {self.total}")
-        return out
+    def collect(self):
+        for name, (help_text, read) in self.gauges.items():
+            yield GaugeMetricFamily(name, help_text, value=read())
+        for name, (help_text, read) in self.counters.items():
+            yield CounterMetricFamily(name.removesuffix("_total"), help_text, value=read())
 
 
 class Metrics:
     """What `GET /metrics` reports."""
 
-    def __init__(
-        self,
-        gauges: dict[str, tuple[str, Callable[[], float]]] | None = None,
-        counters: dict[str, tuple[str, Callable[[], float]]] | None = None,
-    ):
-        self._lock = threading.Lock()
-        self.requests: dict[tuple[str, int], int] = defaultdict(int)  # (endpoint, status) -> count
-        self.latency = Histogram(LATENCY_BUCKETS)
-        self.ttft = Histogram(LATENCY_BUCKETS)
-        self.tokens_per_s = Histogram(RATE_BUCKETS)
-        self.vision: dict[str, int] = defaultdict(int)  # hit / miss / none
-        self.session_reuse: dict[str, int] = defaultdict(int)  # reused / new
-        self.prompt_tokens = 0
-        self.prefill_tokens = 0
-        self.cached_tokens = 0
-        self.completion_tokens = 0
-        self.gauges = gauges or {}
-        self.counters = counters or {}  # read from the engine at scrape time (its feature cache)
+    def __init__(self, endpoints: set[str], gauges: Live | None = None, counters: Live | None = None):
+        self.endpoints = endpoints
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "qvl_requests", "HTTP requests by endpoint and status code.", ["endpoint", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "qvl_request_latency_seconds",
+            "Chat completion latency, request to last token.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "qvl_time_to_first_token_seconds", "Engine time to first token.", buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.tokens_per_s = Histogram(
+            "qvl_decode_tokens_per_second", "Decode speed per generation.", buckets=RATE_BUCKETS, registry=r
+        )
+        self.vision = Counter(
+            "qvl_vision_features",
+            "Generations by where image features came from (hit: cache or reused session).",
+            ["result"],
+            registry=r,
+        )
+        self.session_reuse = Counter(
+            "qvl_session_reuse", "Generations that continued a pooled session.", ["result"], registry=r
+        )
+        for result in ("hit", "miss", "none"):
+            self.vision.labels(result)
+        for result in ("reused", "new"):
+            self.session_reuse.labels(result)
+        self.tokens = {
+            key: Counter(f"qvl_{key}_tokens", help_text, registry=r)
+            for key, help_text in (
+                ("prompt", "Context tokens before each reply."),
+                ("prefill", "Tokens actually prefilled."),
+                ("cached", "Context tokens served from a reused KV cache."),
+                ("completion", "Generated tokens."),
+            )
+        }
+        r.register(_LiveValues(gauges or {}, counters or {}))
 
-    def count_request(self, endpoint: str, status: int) -> None:
-        with self._lock:
-            self.requests[(endpoint, status)] += 1
+    def count_request(self, path: str, status: int) -> None:
+        endpoint = path if path in self.endpoints else OTHER_ENDPOINT
+        self.requests.labels(endpoint, str(status)).inc()
 
     def observe_generation(self, latency_s: float, stats: dict, reused: bool) -> None:
-        with self._lock:
-            self.latency.observe(latency_s)
-            if stats.get("ttft_ms"):
-                self.ttft.observe(stats["ttft_ms"] / 1000)
-            if stats.get("decode_tokens_per_s"):
-                self.tokens_per_s.observe(stats["decode_tokens_per_s"])
-            self.vision[str(stats.get("vision", "none"))] += 1
-            self.session_reuse["reused" if reused else "new"] += 1
-            self.prompt_tokens += int(stats.get("prompt_tokens", 0))
-            self.prefill_tokens += int(stats.get("prefill_tokens", 0))
-            self.cached_tokens += int(stats.get("cached_tokens", 0))
-            self.completion_tokens += int(stats.get("decode_tokens", 0))
+        self.latency.observe(latency_s)
+        if stats.get("ttft_ms"):
+            self.ttft.observe(stats["ttft_ms"] / 1000)
+        if stats.get("decode_tokens_per_s"):
+            self.tokens_per_s.observe(stats["decode_tokens_per_s"])
+        vision = str(stats.get("vision", "none"))
+        self.vision.labels(vision if vision in ("hit", "miss") else "none").inc()
+        self.session_reuse.labels("reused" if reused else "new").inc()
+        for key, stat in (("prompt", "prompt"), ("prefill", "prefill"), ("cached", "cached"), ("completion", "decode")):
+            self.tokens[key].inc(max(0, int(stats.get(f"{stat}_tokens", 0))))
 
-    def render(self) -> str:
-        out: list[str] = []
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
-        def family(name: str, kind: str, help_text: str) -> None:
-            out.append(f"# HELP {name} {help_text}")
-            out.append(f"# TYPE {name} {kind}")
 
-        with self._lock:
-            family("qvl_requests_total", "counter", "HTTP requests by endpoint and status code.")
-            for (endpoint, status), n in sorted(self.requests.items()):
-                out.append(f'qvl_requests_total{{endpoint="{endpoint}",status="{status}"}} {n}')
-            family("qvl_request_latency_seconds", "histogram", "Chat completion latency, request to last token.")
-            out += self.latency.lines("qvl_request_latency_seconds")
-            family("qvl_time_to_first_token_seconds", "histogram", "Engine time to first token.")
-            out += self.ttft.lines("qvl_time_to_first_token_seconds")
-            family("qvl_decode_tokens_per_second", "histogram", "Decode speed per generation.")
-            out += self.tokens_per_s.lines("qvl_decode_tokens_per_second")
-            family(
-                "qvl_vision_features_total",
-                "counter",
-                "Generations by where image features came from (hit: cache or reused session).",
-            )
-            for result in ("hit", "miss", "none"):
-                out.append(f'qvl_vision_features_total{{result="{result}"}} {self.vision[result]}')
-            family("qvl_session_reuse_total", "counter", "Generations that continued a pooled session.")
-            for result in ("reused", "new"):
-                out.append(f'qvl_session_reuse_total{{result="{result}"}} {self.session_reuse[result]}')
-            for name, value, help_text in (
-                ("qvl_prompt_tokens_total", self.prompt_tokens, "Context tokens before each reply."),
-                ("qvl_prefill_tokens_total", self.prefill_tokens, "Tokens actually prefilled."),
-                (
-                    "qvl_cached_tokens_total",
-                    self.cached_tokens,
-                    "Context tokens served from a reused KV cache.",
-                ),
-                ("qvl_completion_tokens_total", self.completion_tokens, "Generated tokens."),
-            ):
-                family(name, "counter", help_text)
-                out.append(f"{name} {value}")
-        for kind, live in (("gauge", self.gauges), ("counter", self.counters)):
-            for name, (help_text, read) in live.items():
-                family(name, kind, help_text)
-                out.append(f"{name} {read():g}")
-        return "\n".join(out) + "\n"
+class RequestMetrics:
+    """ASGI middleware: counts each HTTP response by endpoint and the status code it started with."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # an exception that escapes every handler still counts, as what the client got
+
+        async def send_and_note(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note)
+        finally:
+            self.metrics.count_request(scope.get("path", ""), status)

@@ -16,14 +16,11 @@ from fastapi import Request
 from qvl_agent.errors import GenerationCancelled, InputError, QvlError
 from qvl_agent.server.metrics import Metrics
 from qvl_agent.server.protocol import ApiError, ChatRequest, chunk_body, completion_id, sse, usage_dict
+from qvl_agent.server.transport import ClientGone
 from qvl_agent.server.worker import ChatResult, Job
 
 log = logging.getLogger("qvl_agent.server")
 POLL_S = 0.25  # how often a waiting handler checks whether its client is still there
-
-
-class ClientGone(Exception):
-    pass
 
 
 class Reader:
@@ -73,7 +70,6 @@ async def stream_chunks(
     first,
     started: float,
     metrics: Metrics,
-    request: Request,
 ):
     """SSE chunks: the role, each piece, the finish with stats, usage if asked, then [DONE]. Starlette
     cancels this generator when the client disconnects; `finally` then stops the generation."""
@@ -89,9 +85,7 @@ async def stream_chunks(
             except ApiError as exc:
                 event = ("error", exc)
         if event[0] == "error":
-            err = api_error(event[1])
-            metrics.count_request(request.url.path, err.status)
-            yield sse(err.body())
+            yield sse(api_error(event[1]).body())
         else:
             result: ChatResult = event[1]
             usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
@@ -99,7 +93,6 @@ async def stream_chunks(
             if chat.include_usage:
                 yield sse(chunk_body(cid, model_id, None, usage=usage))
             metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
-            metrics.count_request(request.url.path, 200)
         yield sse("[DONE]")
         finished = True
     finally:

@@ -3,7 +3,7 @@
 Engines are not thread-safe, so every engine call (opening sessions, `add_turn`, `ask`) happens on the
 single worker thread. HTTP handlers `submit` a `Job` and read its events — ("start", info),
 ("delta", text), ("done", result) or ("error", exception) — from an asyncio queue. When the queue of
-waiting jobs is full, `submit` refuses and the handler answers 429. A handler that gives up (client
+waiting jobs is full, `reserve` refuses and the handler answers 429. A handler that gives up (client
 gone, timeout) calls `job.cancel()`: a queued job is skipped, a running one stops at its next token.
 """
 
@@ -74,14 +74,23 @@ class Scheduler:
     def running(self) -> int:
         return self._running
 
-    def submit(self, job: Job) -> bool:
-        """Queue the job, or False when the queue is full."""
+    def reserve(self) -> bool:
+        """Take a place in the queue, or False when it is full. The place is held while the request's
+        images are decoded, so at most `max_queue` requests ever hold decoded images waiting."""
         with self._lock:
             if self._waiting >= self.max_queue:
                 return False
             self._waiting += 1
+            return True
+
+    def release(self) -> None:
+        """Give back a place taken with `reserve` that no job will use (the request failed first)."""
+        with self._lock:
+            self._waiting -= 1
+
+    def submit(self, job: Job) -> None:
+        """Queue the job in the place taken with `reserve`."""
         self._queue.put(job)
-        return True
 
     def retry_after_s(self) -> int:
         """Seconds until a slot is likely free: the queue's expected drain time, at least one."""
@@ -131,31 +140,19 @@ class Scheduler:
         self._thread.join(timeout)
 
 
-class StopFilter:
-    """Cuts the reply at the first stop string, holding back a tail that could still become one.
-    The engine should stop by itself; this guarantees the client never sees a stop string."""
+class _PieceTokenizer:
+    """Lets the engine's `TextStream` hold back stop strings over text pieces instead of token ids: each
+    piece the engine streams is one "token" whose text is the piece itself."""
 
-    def __init__(self, stops: tuple[str, ...]):
-        self.stops = stops
-        self.keep = max((len(s) for s in stops), default=1) - 1
-        self.buffer = ""
-        self.stopped = False
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
 
-    def feed(self, piece: str) -> str:
-        if not self.stops:
-            return piece
-        self.buffer += piece
-        cut = min((i for i in (self.buffer.find(s) for s in self.stops) if i >= 0), default=-1)
-        if cut >= 0:
-            out, self.buffer, self.stopped = self.buffer[:cut], "", True
-            return out
-        split = max(0, len(self.buffer) - self.keep)
-        out, self.buffer = self.buffer[:split], self.buffer[split:]
-        return out
+    def push(self, stream, piece: str) -> str:
+        self.pieces.append(piece)
+        return stream.push(len(self.pieces) - 1)
 
-    def flush(self) -> str:
-        out, self.buffer = self.buffer, ""
-        return out
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self.pieces[i] for i in ids)
 
 
 @dataclass(frozen=True)
@@ -176,16 +173,24 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
         session, reused = pool.checkout(engine, request.system, history)
         job.session = session
         job.emit("start", {"reused": reused})
-        stop = StopFilter(request.stop)
+        # The engine stops at stop strings itself; this guarantees the client never sees one whatever the
+        # engine (remote servers differ), with the engine's own hold-back. Imported here: decode.py
+        # brings torch, which a server in front of a remote engine need not load before its first request.
+        from qvl_agent.engine.decode import TextStream
+
+        tokens = _PieceTokenizer()
+        stop = TextStream(tokens, request.stop)
         pieces: list[str] = []
         clean = False
         try:
             stream = session.ask(request.text, request.images, request.options)
+            if job.cancelled:  # cancelled between checkout and ask: ask() started the turn afresh
+                session.cancel()
             try:
                 for piece in stream:
                     if job.cancelled:
                         raise GenerationCancelled("The client went away.")
-                    out = stop.feed(piece)
+                    out = tokens.push(stop, piece)
                     if out:
                         pieces.append(out)
                         job.emit("delta", out)
@@ -193,7 +198,7 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
                         break
             finally:
                 stream.close()
-            tail = "" if stop.stopped else stop.flush()
+            tail = stop.flush()
             if tail:
                 pieces.append(tail)
                 job.emit("delta", tail)

@@ -15,6 +15,7 @@ import uvicorn
 
 from qvl_agent.engine.base import Engine, Session, TurnStats
 from qvl_agent.errors import GenerationCancelled
+from qvl_agent.server.transport import uvicorn_config
 
 
 class EchoEngine(Engine):
@@ -81,12 +82,12 @@ class EchoSession(Session):
 class LiveServer:
     """`with LiveServer(app) as base_url:` — the app served on a free port of 127.0.0.1."""
 
-    def __init__(self, app):
+    def __init__(self, app, **config):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        self.server = uvicorn.Server(uvicorn_config(app, **config))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> str:
@@ -107,7 +108,7 @@ class LiveServer:
 def start_serve(
     *args: str,
     config_dir,
-    token: str | None = "tiny-test-token",
+    token: str | None = "tiny-test-token-0123",
     env: dict | None = None,
     timeout: float = 180,
 ):
