@@ -3,7 +3,8 @@
     qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token]
 
 Prints the model id that requests name, then the chat page's address with its token
-(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening. `--port 0` picks a free port (the printed address has the real one).
+(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening. `--port 0`
+picks a free port (the printed address has the real one).
 """
 
 from __future__ import annotations
