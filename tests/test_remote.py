@@ -53,6 +53,20 @@ def test_ask_and_a_follow_up_that_reuses_the_servers_session():
         assert backend.sessions[0].system == "Be brief."
 
 
+def test_sampling_options_reach_the_server_and_only_when_set():
+    backend = EchoEngine()
+    with serve(backend) as url, RemoteEngine(url, api_key=TOKEN, model="served-model") as engine:
+        session = engine.open_session()
+        tuned = GenerationOptions(max_new_tokens=5, temperature=0.7, top_p=0.8, top_k=20, presence_penalty=1.5)
+        session.complete("sample this", options=tuned)
+        got = backend.options[-1]
+        assert (got.temperature, got.top_p, got.top_k, got.presence_penalty) == (0.7, 0.8, 20, 1.5)
+        assert got.max_new_tokens == 5
+        plain = session.request("x", (), GenerationOptions())
+        assert "extra_body" not in plain  # servers that know no top_k are not sent one
+        assert session.request("x", (), tuned)["extra_body"] == {"top_k": 20, "presence_penalty": 1.5}
+
+
 def test_open_engine_spec_and_default_model_resolution():
     with serve(EchoEngine(), model="/models/tiny-qwen") as url:
         settings = Settings(engine=f"openai:{url}/v1/", api_key=TOKEN)

@@ -2,8 +2,10 @@
 
 `RemoteEngine(url, api_key, model)` keeps the Engine/Session contract of `engine/base.py`: a session
 remembers its turns locally and sends the whole conversation with each `ask` (the API is stateless),
-images as base64 PNG data URLs, and streams the reply over SSE. Servers that reuse prefixes by content
-(ours matches pooled sessions; vLLM and SGLang have prefix caches) then prefill only the new tokens.
+images as base64 PNG data URLs, and streams the reply through the official `openai` client (its
+retries with backoff, its timeouts); `top_k` and `presence_penalty` go in the body only when set.
+Servers that reuse prefixes by content (ours matches pooled sessions; vLLM and SGLang have prefix
+caches) then prefill only the new tokens.
 Stats come from the stream: time to first token is measured here; token counts come from the usage
 chunk; when the server is qvl-agent's own, its `qvl` stats (vision hit/miss, prefill tokens) are used.
 
@@ -14,13 +16,12 @@ any other 4xx/5xx with the server's own message, a timeout, or a connection that
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
-import httpx
+import openai
 
 from qvl_agent.config import DEFAULT_MODEL
 from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
@@ -29,6 +30,7 @@ from qvl_agent.image import Screenshot
 
 STAT_FIELDS = ("preprocess_ms", "vision_ms", "prefill_tokens", "prompt_tokens", "cached_tokens")
 MIN_DECODE_INTERVAL_S = 0.005  # first-to-last chunk gaps shorter than this are a burst, not a decode rate
+MAX_RETRIES = 2  # the client's own: connection failures, 408/429/5xx, with backoff and Retry-After
 
 
 def normalize_url(url: str) -> str:
@@ -40,7 +42,7 @@ def normalize_url(url: str) -> str:
 
 
 class RemoteEngine(Engine):
-    """An engine whose model runs behind an OpenAI-compatible HTTP API."""
+    """An engine whose model runs behind an OpenAI-compatible HTTP API, through the `openai` client."""
 
     def __init__(
         self,
@@ -48,18 +50,15 @@ class RemoteEngine(Engine):
         api_key: str = "",
         model: str = DEFAULT_MODEL,
         timeout_s: float = 120.0,
-        transport: httpx.BaseTransport | None = None,
+        max_retries: int = MAX_RETRIES,
     ):
         self.base_url = normalize_url(url)
         self.name = f"openai:{self.base_url}"
         self.requested_model = model
         self.timeout_s = timeout_s
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx.Client(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-            transport=transport,
+        # A server without authentication ignores the key; the client insists on having one.
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=max_retries
         )
         self._model: str | None = None
         self._lock = threading.Lock()
@@ -83,17 +82,13 @@ class RemoteEngine(Engine):
 
     def _resolve_model(self) -> str:
         try:
-            response = self.client.get("/models")
-        except httpx.HTTPError as exc:
-            raise self.transport_error(exc) from None
-        if response.status_code in (401, 403):
-            raise self.status_error(response)
-        if response.status_code != 200:
+            served = [m.id for m in self.client.models.list()]
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise self.error(exc) from None
+        except openai.APIStatusError:
             return self.requested_model  # a server without /models: trust the name given
-        try:
-            served = [m["id"] for m in response.json()["data"]]
-        except (ValueError, KeyError, TypeError):
-            return self.requested_model
+        except openai.APIError as exc:
+            raise self.error(exc) from None
         if self.requested_model in served or not served:
             return self.requested_model
         if self.requested_model == DEFAULT_MODEL and len(served) == 1:
@@ -118,44 +113,47 @@ class RemoteEngine(Engine):
                 self._png_urls.popitem(last=False)
         return url
 
-    def transport_error(self, exc: Exception) -> RemoteEngineError:
-        if isinstance(exc, httpx.TimeoutException):
-            return RemoteEngineError(f"The model server at {self.base_url} did not answer within {self.timeout_s:g} s.")
-        if isinstance(exc, httpx.ConnectError):
-            reason = "connection refused" if "refused" in str(exc).lower() else str(exc) or type(exc).__name__
+    def error(self, exc: openai.APIError) -> RemoteEngineError:
+        """One sentence for whatever the client raised."""
+        where = f"The model server at {self.base_url}"
+        if isinstance(exc, openai.APITimeoutError):
+            return RemoteEngineError(f"{where} did not answer within {self.timeout_s:g} s.")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc
+            reason = "connection refused" if "refused" in str(cause).lower() else str(cause) or type(cause).__name__
             return RemoteEngineError(
                 f"Cannot connect to the model server at {self.base_url} ({reason}); is it running?"
             )
-        return RemoteEngineError(f"The connection to the model server at {self.base_url} failed ({exc}).")
+        message = _message(exc)
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            if status in (401, 403):
+                return RemoteEngineError(
+                    f"{where} refused the API key ({status}: {message}); set QVL_API_KEY to its token."
+                )
+            return RemoteEngineError(f"{where} answered {status}: {message}.")
+        return RemoteEngineError(f"{where} failed: {message}.")
 
-    def status_error(self, response: httpx.Response) -> RemoteEngineError:
-        try:
-            response.read()
-            detail = response.json().get("error", {})
-            message = detail.get("message") if isinstance(detail, dict) else str(detail)
-        except (ValueError, AttributeError, httpx.HTTPError):
-            message = None
-        message = (message or response.text[:200] or response.reason_phrase).strip().rstrip(".")
-        status = response.status_code
-        if status in (401, 403):
-            return RemoteEngineError(
-                f"The model server at {self.base_url} refused the API key ({status}: {message}); "
-                "set QVL_API_KEY to its token."
-            )
-        return RemoteEngineError(f"The model server at {self.base_url} answered {status}: {message}.")
+
+def _message(exc: openai.APIError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        detail = body.get("error", body)
+        body = detail.get("message") if isinstance(detail, dict) else detail
+    return str(body or exc.message or type(exc).__name__).strip().rstrip(".")
 
 
 class RemoteSession(Session):
     def __init__(self, engine: RemoteEngine, images, system, tools):
         super().__init__(images, system, tools)
         self.engine = engine
-        self._response: httpx.Response | None = None
+        self._stream: openai.Stream | None = None
 
     def cancel(self) -> None:
         super().cancel()
-        response = self._response
-        if response is not None:
-            response.close()  # unblocks a read waiting on the server; ours then stops generating
+        stream = self._stream
+        if stream is not None:
+            stream.close()  # unblocks a read waiting on the server; ours then stops generating
 
     def _content(self, text: str, images: Sequence[Screenshot]):
         if not images:
@@ -175,8 +173,16 @@ class RemoteSession(Session):
         out.append({"role": "user", "content": self._content(text, images)})
         return out
 
-    def _body(self, text: str, images: Sequence[Screenshot], options: GenerationOptions) -> dict:
-        body = {
+    def request(self, text: str, images: Sequence[Screenshot], options: GenerationOptions) -> dict:
+        """The keyword arguments of `chat.completions.create` for this turn."""
+        extra: dict = {}
+        if options.top_k > 0:
+            extra["top_k"] = options.top_k  # vLLM's and SGLang's extension (and ours)
+        if options.presence_penalty != 0:
+            extra["presence_penalty"] = options.presence_penalty
+        if options.min_new_tokens:
+            extra["min_tokens"] = options.min_new_tokens  # vLLM's extension; others ignore it
+        kwargs = {
             "model": self.engine.model,
             "messages": self.messages(text, images),
             "stream": True,
@@ -186,14 +192,14 @@ class RemoteSession(Session):
             "top_p": options.top_p,
         }
         if options.stop:
-            body["stop"] = list(options.stop)
-        if options.min_new_tokens:
-            body["min_tokens"] = options.min_new_tokens  # vLLM's extension; others ignore it
-        return body
+            kwargs["stop"] = list(options.stop)
+        if extra:
+            kwargs["extra_body"] = extra
+        return kwargs
 
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         engine = self.engine
-        body = self._body(text, images, options)
+        kwargs = self.request(text, images, options)
         start = time.perf_counter()
         first: float | None = None
         last: float | None = None
@@ -201,43 +207,34 @@ class RemoteSession(Session):
         usage: dict = {}
         qvl: dict = {}
         try:
-            with engine.client.stream("POST", "/chat/completions", json=body) as response:
-                self._response = response
-                if response.status_code != 200:
-                    raise engine.status_error(response)
-                for line in response.iter_lines():
-                    if self.cancelled:
-                        raise GenerationCancelled("The answer was stopped.")
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
-                    try:
-                        chunk = json.loads(payload)
-                    except json.JSONDecodeError:
-                        raise RemoteEngineError(
-                            f"The model server at {engine.base_url} sent a stream that is not JSON."
-                        ) from None
-                    if "error" in chunk:
-                        err = chunk["error"]
-                        message = err.get("message", err) if isinstance(err, dict) else err
-                        raise RemoteEngineError(f"The model server at {engine.base_url} failed: {message}")
-                    usage = chunk.get("usage") or usage
-                    qvl = chunk.get("qvl") or qvl
-                    for choice in chunk.get("choices") or ():
-                        piece = (choice.get("delta") or {}).get("content")
-                        if piece:
-                            last = time.perf_counter()
-                            first = first or last
-                            pieces += 1
-                            yield piece
-        except httpx.HTTPError as exc:
+            self._stream = stream = engine.client.chat.completions.create(**kwargs)
+            if self.cancelled:
+                raise GenerationCancelled("The answer was stopped.")
+            for chunk in stream:
+                if self.cancelled:
+                    raise GenerationCancelled("The answer was stopped.")
+                if chunk.usage is not None:
+                    usage = chunk.usage.model_dump()
+                qvl = (chunk.model_extra or {}).get("qvl") or qvl
+                for choice in chunk.choices:
+                    piece = choice.delta.content if choice.delta else None
+                    if piece:
+                        last = time.perf_counter()
+                        first = first or last
+                        pieces += 1
+                        yield piece
+        except openai.APIError as exc:
             if self.cancelled:
                 raise GenerationCancelled("The answer was stopped.") from None
-            raise engine.transport_error(exc) from None
+            raise engine.error(exc) from None
+        except Exception:
+            if self.cancelled:  # the stream was closed under a read: that is the cancel, not a failure
+                raise GenerationCancelled("The answer was stopped.") from None
+            raise
         finally:
-            self._response = None
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.close()
         end = time.perf_counter()
         self.last_stats = _stats(start, first, last, end, pieces, usage, qvl, images)
 

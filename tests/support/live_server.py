@@ -24,6 +24,7 @@ class EchoEngine(Engine):
         self.delay_s = delay_s
         self.sessions: list[EchoSession] = []
         self.cancelled: list[str] = []  # texts whose generation was cancelled
+        self.options: list = []  # the GenerationOptions of every turn, in order
         self.active = 0
         self.max_active = 0  # generations running at the same time, ever: must stay 1
         self._lock = threading.Lock()
@@ -42,6 +43,7 @@ class EchoSession(Session):
 
     def _generate(self, text, images, options):
         engine = self.engine
+        engine.options.append(options)
         with engine._lock:
             engine.active += 1
             engine.max_active = max(engine.max_active, engine.active)
