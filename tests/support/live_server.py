@@ -18,10 +18,26 @@ from qvl_agent.errors import GenerationCancelled
 from qvl_agent.server.transport import uvicorn_config
 
 
+class WordTokenizer:
+    """A stand-in for a tokenizer: one token per whitespace-separated word."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        self.calls += 1
+        return [0] * len(text.split())
+
+
 class EchoEngine(Engine):
-    def __init__(self, delay_s: float = 0.0, name: str = "echo"):
+    """`delay_s` per word; `prefill_s` before the first word, spent in short slices that each check for
+    cancellation, as the local engine's chunked prefill does."""
+
+    def __init__(self, delay_s: float = 0.0, name: str = "echo", prefill_s: float = 0.0):
         self.name = name
         self.delay_s = delay_s
+        self.prefill_s = prefill_s
+        self.tokenizer = WordTokenizer()
         self.sessions: list[EchoSession] = []
         self.cancelled: list[str] = []  # texts whose generation was cancelled
         self.options: list = []  # the GenerationOptions of every turn, in order
@@ -56,6 +72,11 @@ class EchoSession(Session):
             hashes = ",".join(im.content_hash[:8] for im in images)
             words = f"echo:{text}|images:{hashes}|turns:{len(self.turns)}".split(" ")
             words = words[: options.max_new_tokens]
+            prefill_end = time.monotonic() + engine.prefill_s
+            while time.monotonic() < prefill_end:
+                if self.cancelled:
+                    raise GenerationCancelled("The answer was stopped during prefill.")
+                time.sleep(0.02)
             for i, word in enumerate(words):
                 if self.cancelled:
                     raise GenerationCancelled("The answer was stopped.")
