@@ -106,6 +106,15 @@ def test_follow_up_from_a_stateless_client_continues_the_pooled_session():
         assert len(engine.sessions) == 2
 
 
+def test_the_served_id_and_the_hugging_face_name_both_name_the_model():
+    with serve(EchoEngine()) as url:
+        for name in ("qvl-test-model", "Qwen/Qwen3-VL-2B-Instruct", ""):
+            r = post(url, {"model": name, "messages": [user("which model")]})
+            assert r.status_code == 200 and r.json()["model"] == "qvl-test-model"
+        other = post(url, {"model": "Qwen/Qwen3-VL-8B-Instruct", "messages": [user("x")]})
+        assert other.status_code == 404 and "'qvl-test-model'" in other.json()["error"]["message"]
+
+
 def test_stop_strings_cut_the_reply():
     with serve(EchoEngine()) as url:
         r = post(url, {"messages": [user("alpha beta gamma")], "stop": ["gamma"]})

@@ -11,6 +11,8 @@ import httpx
 from tests.conftest import run_cli
 from tests.support.live_server import start_serve, stop_serve
 
+LONG_TOKEN = "a-token-of-sixteen-or-more"
+
 
 def replay_file(tmp_path, replies=("First answer.", "Second answer.")):
     path = tmp_path / "replies.json"
@@ -29,6 +31,7 @@ def test_token_is_created_once_with_mode_0600_and_printed_in_the_page_address(tm
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         token = token_file.read_text().strip()
         assert f"Chat page: {url}/?token={token}" in printed
+        assert "Model id for requests: 'Qwen/Qwen3-VL-2B-Instruct'" in printed
         assert httpx.get(url + "/v1/models").status_code == 401
         r = httpx.post(
             url + "/v1/chat/completions",
@@ -47,11 +50,15 @@ def test_token_is_created_once_with_mode_0600_and_printed_in_the_page_address(tm
 
 
 def test_token_from_the_environment_wins(tmp_path):
-    url, proc, printed = start_serve("--engine", replay_file(tmp_path), config_dir=tmp_path, token="env-token")
+    url, proc, printed = start_serve(
+        "--engine", replay_file(tmp_path), config_dir=tmp_path, token="env-token-0123456789"
+    )
     try:
         assert "API token from QVL_API_TOKEN." in printed
         assert not (tmp_path / "api_token").exists()
-        assert httpx.get(url + "/v1/models", headers={"Authorization": "Bearer env-token"}).status_code == 200
+        assert (
+            httpx.get(url + "/v1/models", headers={"Authorization": "Bearer env-token-0123456789"}).status_code == 200
+        )
     finally:
         assert stop_serve(proc) == 0
 
@@ -90,11 +97,56 @@ def test_a_busy_port_and_bad_flags_are_one_sentence(tmp_path):
             str(port),
             "--engine",
             replay_file(tmp_path),
-            env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "t"},
+            env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN},
         )
     assert result.returncode == 2
     assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
-    result = run_cli("serve", "--port", "70000", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "t"})
+    result = run_cli("serve", "--port", "70000", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN})
     assert result.returncode == 2 and "--port must be from 0 to 65535" in result.stderr
-    result = run_cli("serve", "--engine", "openai:ftp://x", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "t"})
+    result = run_cli(
+        "serve", "--engine", "openai:ftp://x", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN}
+    )
     assert result.returncode == 2 and "needs an http:// or https:// URL" in result.stderr
+
+
+def test_a_token_file_readable_by_others_is_made_private_with_a_notice(tmp_path):
+    config = tmp_path / "config"
+    config.mkdir()
+    token_file = config / "api_token"
+    token_file.write_text("a-shared-token-0123456789\n")
+    token_file.chmod(0o644)
+    url, proc, printed = start_serve("--engine", replay_file(tmp_path), config_dir=config, token=None)
+    try:
+        assert f"The API token file {token_file} was readable by others (mode 0644); changed it to 0600." in printed
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert httpx.get(url + "/v1/models", headers={"Authorization": "Bearer a-shared-token-0123456789"}).is_success
+    finally:
+        assert stop_serve(proc) == 0
+
+
+def test_a_symlinked_short_or_foreign_token_file_is_refused(tmp_path):
+    import os
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not-a-token-but-private-data\n")
+    secret.chmod(0o640)
+    cases = {
+        "link": (lambda f: f.symlink_to(secret), "is a symbolic link"),
+        "short": (lambda f: f.write_text("x\n"), "is 1 characters long; use at least 16"),
+        "foreign": (
+            lambda f: (f.write_text("a-foreign-token-0123456789"), os.chown(f, 4242, -1)),
+            "belongs to another user",
+        ),
+    }
+    for name, (make, expected) in cases.items():
+        config = tmp_path / name
+        config.mkdir()
+        make(config / "api_token")
+        result = run_cli("serve", "--engine", replay_file(tmp_path), env={"QVL_CONFIG_DIR": str(config)})
+        assert result.returncode == 2, (name, result.stderr)
+        assert expected in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o640  # the link's target was not touched
+    result = run_cli(
+        "serve", "--engine", replay_file(tmp_path), env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "short"}
+    )
+    assert result.returncode == 2 and "QVL_API_TOKEN is 5 characters long" in result.stderr

@@ -14,7 +14,7 @@ import socket
 import sys
 
 from qvl_agent.cli import add_engine_args
-from qvl_agent.config import Settings, config_dir
+from qvl_agent.config import DEFAULT_MODEL, Settings, config_dir
 from qvl_agent.errors import UsageError
 
 
@@ -80,13 +80,7 @@ def _browser_host(host: str) -> str:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    import uvicorn
-
-    from qvl_agent.config import DEFAULT_MODEL
-    from qvl_agent.engine import open_engine
-    from qvl_agent.server.app import create_app
     from qvl_agent.server.auth import resolve_token
-    from qvl_agent.server.transport import uvicorn_config
 
     for name in ("max_queue", "max_body_mb", "max_images", "max_total_pixels", "max_prompt_tokens"):
         if getattr(args, name) < 1:
@@ -95,6 +89,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--timeout must be more than 0 seconds.")
     token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
     sock = _bind(args.host, args.port)
+    # The heavy imports (uvicorn, the engine, torch) only once the flags, the token and the port are known
+    # to be good, so a mistake there is reported in a moment.
+    import uvicorn
+
+    from qvl_agent.engine import open_engine
+    from qvl_agent.server.app import create_app
+    from qvl_agent.server.transport import uvicorn_config
+
     port = sock.getsockname()[1]
     base = f"http://{_browser_host(args.host)}:{port}"
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from qvl_agent.engine.base import Engine, Session
+from qvl_agent.engine.decode import TextStream
 from qvl_agent.errors import GenerationCancelled
 from qvl_agent.server.pool import SessionPool
 from qvl_agent.server.protocol import ChatRequest
@@ -147,7 +148,7 @@ class _PieceTokenizer:
     def __init__(self) -> None:
         self.pieces: list[str] = []
 
-    def push(self, stream, piece: str) -> str:
+    def push(self, stream: TextStream, piece: str) -> str:
         self.pieces.append(piece)
         return stream.push(len(self.pieces) - 1)
 
@@ -174,10 +175,7 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
         job.session = session
         job.emit("start", {"reused": reused})
         # The engine stops at stop strings itself; this guarantees the client never sees one whatever the
-        # engine (remote servers differ), with the engine's own hold-back. Imported here: decode.py
-        # brings torch, which a server in front of a remote engine need not load before its first request.
-        from qvl_agent.engine.decode import TextStream
-
+        # engine (remote servers differ), with the engine's own hold-back.
         tokens = _PieceTokenizer()
         stop = TextStream(tokens, request.stop)
         pieces: list[str] = []
