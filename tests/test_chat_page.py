@@ -1,5 +1,6 @@
 """The chat page in headless Chromium against `qvl-agent serve` with the tiny model: open the printed
-address, pick a screenshot, ask, watch the answer stream in, and see the follow-up's features cached."""
+address, pick a screenshot, ask, watch the answer stream in, and see the follow-up's features cached.
+The model's Markdown is rendered without letting any HTML in it reach the page as HTML."""
 
 from __future__ import annotations
 
@@ -40,8 +41,11 @@ def served(tiny_model_dir, tmp_path_factory):
 def page():
     from playwright.sync_api import sync_playwright
 
+    from qvl_agent.act.browser import find_browser
+
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+        executable = find_browser(playwright_default=p.chromium.executable_path)
+        browser = p.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         context = browser.new_context()
         page = context.new_page()
         errors: list[str] = []
@@ -84,8 +88,63 @@ def test_pick_ask_stream_and_follow_up_with_cached_features(served, page, tmp_pa
 
 
 def test_without_the_token_the_page_says_where_to_find_it(served, page):
+    from playwright.sync_api import expect
+
     url, _ = served
-    response = page.goto(url + "/")
-    assert response.status == 401
-    expect_text = page.locator("body").inner_text()
-    assert "qvl-agent serve" in expect_text
+    for address in (url + "/", url + "/?token=wrong-token-0123456789"):
+        response = page.goto(address)
+        assert response.status == 401
+        expect(page.locator("h1")).to_have_text("This page needs the server's token")
+        text = page.locator("body").inner_text()
+        assert "qvl-agent serve" in text and "/?token=" in text and "api_token" in text
+        # A styled page, not a bare one: its card has a background and a border of its own.
+        card = page.locator("main").evaluate("e => getComputedStyle(e).borderTopStyle")
+        assert card == "solid"
+
+
+ANSWER = """Here is **bold** and *italic* and `code`.
+
+<img src=x onerror="window.__pwned = 'img'"><script>window.__pwned = 'script'</script>
+
+- first item
+- second with [a link](https://example.com/docs) and [bad](javascript:window.__pwned='link')
+
+```
+<b>not bold</b> stays text
+```
+"""
+
+
+def test_markdown_is_rendered_and_html_from_the_model_never_runs(page, tmp_path):
+    from playwright.sync_api import expect
+
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.server.app import create_app
+    from tests.support.live_server import LiveServer
+
+    token = "markdown-test-token-0123"
+    app = create_app(ReplayEngine([ANSWER]), Settings(model="replayed"), token=token)
+    with LiveServer(app) as url:
+        page.goto(f"{url}/?token={token}")
+        page.fill("#question", "Show me some Markdown.")
+        page.get_by_role("button", name="Ask").click()
+        answer = page.locator(".msg.assistant").nth(0)
+        expect(answer).to_have_attribute("data-state", "done", timeout=30_000)
+        text = answer.locator(".text")
+        expect(text.locator("strong")).to_have_text("bold")
+        expect(text.locator("em")).to_have_text("italic")
+        expect(text.locator("p code")).to_have_text("code")
+        expect(text.locator("li")).to_have_count(2)
+        expect(text.locator("pre code")).to_have_text("<b>not bold</b> stays text")
+        links = text.locator("a")
+        expect(links).to_have_count(1)
+        assert links.get_attribute("href") == "https://example.com/docs"
+        assert links.get_attribute("rel") == "noopener noreferrer"
+        # The model's HTML is shown as the text it is, and none of it ran or became an element.
+        expect(text).to_contain_text("<img src=x onerror=")
+        expect(text).to_contain_text("<script>window.__pwned = 'script'</script>")
+        assert text.locator("img, script, b").count() == 0
+        expect(text.locator("li").nth(1)).to_contain_text("[bad](javascript:")  # plain text, not a link
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__pwned") is None
