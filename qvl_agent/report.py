@@ -22,6 +22,8 @@ from importlib import resources
 from pathlib import Path
 from string import Template
 
+from PIL import Image
+
 from qvl_agent.errors import InputError
 from qvl_agent.trace import Trace, read_trace
 
@@ -35,20 +37,27 @@ def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _data_uri(png: Path, width: int) -> str | None:
-    """The PNG scaled to at most `width` px wide as a JPEG data: URI; None when it cannot be read."""
-    from PIL import Image
+def _jpeg_uri(im) -> str:
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=85)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
+
+def _scaled(im, width: int):
+    if im.width <= width:
+        return im
+    # reducing_gap: a cheap integer reduction first, then a good filter; ~2x faster than LANCZOS alone
+    return im.resize((width, max(1, round(im.height * width / im.width))), Image.Resampling.BICUBIC, reducing_gap=2.0)
+
+
+def _pictures(png: Path) -> tuple[str, str] | None:
+    """(the screenshot, its thumbnail) as JPEG data: URIs, decoded once; None when it cannot be read."""
     try:
         with Image.open(png) as im:
-            im = im.convert("RGB")
-            if im.width > width:
-                im = im.resize((width, max(1, round(im.height * width / im.width))), Image.Resampling.LANCZOS)
-            buf = io.BytesIO()
-            im.save(buf, "JPEG", quality=85)
+            shot = _scaled(im.convert("RGB"), SHOT_WIDTH)
+            return _jpeg_uri(shot), _jpeg_uri(_scaled(shot, THUMB_WIDTH))
     except (OSError, ValueError):
         return None
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _step_failed(step: dict) -> bool:
@@ -126,8 +135,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     screen = step.get("screen") or {}
     png = step.get("screenshot")
     path = trace.dir / png if png else None
-    uri = _data_uri(path, SHOT_WIDTH) if path is not None else None
-    thumb = _data_uri(path, THUMB_WIDTH) if path is not None else None
+    uri, thumb = (_pictures(path) if path is not None else None) or (None, None)
     width, height = float(screen.get("width") or 0), float(screen.get("height") or 0)
     if uri and width and height:
         picture = (
