@@ -283,6 +283,31 @@ def test_browse_returns_the_outcome_and_the_exported_script(x_display, tmp_path)
         pages.stop()
 
 
+def test_engine_openai_shares_a_running_serve(x_display, tmp_path):
+    """--engine openai:URL: the MCP server asks a running `qvl-agent serve` instead of loading a model."""
+    from tests.support.live_server import start_serve, stop_serve
+
+    served = _replay(tmp_path, ["Answered by the shared server."])
+    url, proc, _ = start_serve("--engine", served, config_dir=tmp_path / "serve-config", token="shared-token")
+    try:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "qvl_agent", "mcp", "--engine", f"openai:{url}/v1"],
+            env=_env(tmp_path, QVL_API_KEY="shared-token"),
+            cwd=str(ROOT),
+        )
+
+        async def session():
+            async with Client(params, read_timeout_seconds=120) as client:
+                return await client.call_tool("ask_screen", {"question": "What is on the screen?"})
+
+        asked = anyio.run(session)
+        assert not asked.is_error, _text(asked)
+        assert _text(asked) == "Answered by the shared server."
+    finally:
+        stop_serve(proc)
+
+
 @pytest.mark.slow
 def test_tiny_model_is_loaded_once_and_answers_about_the_screen(x_display, tmp_path, tiny_model_dir):
     region = {"x": 0, "y": 0, "width": 320, "height": 240}

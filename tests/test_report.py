@@ -4,6 +4,7 @@ real Chromium, every step's picture and marker checked, and a hostile reply that
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -122,6 +123,23 @@ def test_trace_list_shows_runs_newest_first_and_show_takes_the_latest(x_display,
     assert "First task" in lines[1] and "1 steps" in lines[1] and "success" in lines[1]
     shown = run_cli("trace", "show", env=env)
     assert shown.returncode == 0 and "Second task" in shown.stdout
+
+
+@pytest.mark.display
+def test_trace_report_open_hands_the_report_to_the_web_browser(x_display, data_home, tmp_path):
+    home, env = data_home
+    _dry_run(env, "Open it", [call(action="terminate", status="success")], tmp_path)
+    opened = tmp_path / "opened.txt"
+    opener = tmp_path / "opener.sh"
+    opener.write_text(f'#!/bin/sh\nprintf %s "$1" > {opened}\n')
+    opener.chmod(0o755)
+    made = run_cli("trace", "report", "--open", env=dict(env, BROWSER=f"{opener} %s"))
+    assert made.returncode == 0, made.stderr
+    report = latest_run(home / "qvl-agent" / "runs") / "report.html"
+    deadline = time.monotonic() + 10
+    while not opened.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert opened.read_text() == report.as_uri()
 
 
 def test_run_folders_never_collide_and_sort_newest_first(tmp_path):
