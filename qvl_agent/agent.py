@@ -288,7 +288,13 @@ class Agent:
         """Run a reply's actions in order; the guard checks each right before it runs."""
         answer: str | None = None
         for action in actions:
-            pixels = self.guard.check(action, shot)
+            try:
+                pixels = self.guard.check(action, shot)
+            except ActionError as exc:  # the report shows the guard's verdict
+                record["results"].append(
+                    {"action": A.describe(action), "ok": False, "message": str(exc), "guard": "refused"}
+                )
+                raise
             self._emit("action", step, action=action, pixels=tuple(pixels), shot=shot)
             self.guard.switch.check()  # a watcher of "action" (the click marker) may have refused it
             if isinstance(action, A.Answer):

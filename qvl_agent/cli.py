@@ -15,7 +15,7 @@ from qvl_agent import __version__, config
 from qvl_agent.errors import QvlError, UsageError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["ask", "run", "browse", "playwright", "trace", "tray", "serve", "doctor", "bench"]
+COMMANDS = ["ask", "run", "browse", "playwright", "trace", "tray", "serve", "mcp", "doctor", "bench"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +50,16 @@ def print_event(event) -> None:
         print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
     elif event.kind == "error":
         print(f"step {event.step}: not carried out: {event.message}", flush=True)
+
+
+def print_report(trace_dir) -> None:
+    """Write a finished run's report.html and say where it is (a report that fails is a note, not an error)."""
+    from qvl_agent.report import write_report
+
+    try:
+        print(f"qvl-agent: report: {write_report(trace_dir)}", file=sys.stderr, flush=True)
+    except QvlError as exc:
+        print(f"qvl-agent: note: no report was written: {exc}", file=sys.stderr, flush=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,12 +26,23 @@ from qvl_agent.image import Screenshot
 TRACE_FILE = "trace.jsonl"
 
 
-def default_trace_dir() -> Path:
-    """A new run folder under the user's data folder: runs/<date>-<time>-<pid>."""
+def runs_root() -> Path:
+    """Where runs go unless told otherwise: runs/ in the user's data folder."""
     import platformdirs
 
-    root = Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "runs"
-    return root / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    return Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "runs"
+
+
+def default_trace_dir(root: Path | None = None) -> Path:
+    """A new, unused run folder under `root` (default `runs_root()`): <date>-<time>-<pid>, with -2, -3...
+    added when one process starts several runs within a second (the MCP server, the tray)."""
+    root = root if root is not None else runs_root()
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    for n in range(1, 10_000):
+        candidate = root / (base if n == 1 else f"{base}-{n}")
+        if not candidate.exists():
+            return candidate
+    raise InputError(f"Too many runs in {root} within one second.")
 
 
 def _now() -> str:
@@ -115,3 +126,47 @@ def read_trace(directory: str | os.PathLike) -> Trace:
             else:
                 trace.damaged_lines += 1
     return trace
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One line of `trace list`: a run folder with its task, steps and how it ended."""
+
+    dir: Path
+    task: str
+    started: str
+    steps: int
+    outcome: str  # the end record's status, or "unfinished" for a crashed or running run
+
+
+def _run_key(path: Path) -> tuple:
+    # Folder names start with the start time; the -N suffix of a second run in the same second sorts after.
+    stem, _, n = path.name.rpartition("-")
+    return (stem, int(n)) if n.isdigit() and stem.count("-") >= 2 else (path.name, 0)
+
+
+def run_dirs(root: Path | None = None) -> list[Path]:
+    """Every run folder under `root` (default `runs_root()`), newest first."""
+    root = root if root is not None else runs_root()
+    try:
+        found = [d for d in root.iterdir() if (d / TRACE_FILE).is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=_run_key, reverse=True)
+
+
+def latest_run(root: Path | None = None) -> Path:
+    """The newest run folder; InputError when there is none."""
+    root = root if root is not None else runs_root()
+    dirs = run_dirs(root)
+    if not dirs:
+        raise InputError(f"There are no runs in {root} yet: start one with qvl-agent run or browse.")
+    return dirs[0]
+
+
+def summarize(directory: str | os.PathLike) -> RunSummary:
+    trace = read_trace(directory)
+    outcome = trace.end.get("status", "?") if trace.end else "unfinished"
+    return RunSummary(
+        trace.dir, str(trace.run.get("task", "?")), str(trace.run.get("started", "")), len(trace.steps), outcome
+    )

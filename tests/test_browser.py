@@ -87,6 +87,7 @@ def test_login_form_run_exports_a_script_that_signs_in_again(tmp_path, server):
     ]
     result = browse(tmp_path, url, replies, "Sign in as alice with password s3cret and stay signed in")
     assert result.returncode == 0, result.stderr
+    assert f"report: {tmp_path / 'trace' / 'report.html'}" in result.stderr
     expected = {"username": "alice", "password": "s3cret", "remember": "yes"}
     assert server.records("login") == [expected]
 

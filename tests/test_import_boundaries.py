@@ -14,6 +14,8 @@ CORE = [
     "qvl_agent.actions",
     "qvl_agent.playwright.export",
     "qvl_agent.trace",
+    "qvl_agent.report",
+    "qvl_agent.mcp_server.server",
     "qvl_agent.act.base",
     "qvl_agent.act.guard",
     "qvl_agent.act.desktop",

@@ -127,6 +127,7 @@ def test_do_it_runs_the_agent_with_a_marker_before_the_click(qtbot, rig):
     done_event = dict(rig.events)["automation_done"]
     assert done_event["status"] == "success"
     assert Path(done_event["trace"], "trace.jsonl").exists()
+    assert Path(done_event["report"]) == Path(done_event["trace"], "report.html") and rig.automation.last_report
 
 
 def test_confirm_mode_asks_and_a_no_stops_the_run_before_anything_happens(qtbot, rig):

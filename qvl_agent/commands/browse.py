@@ -18,7 +18,7 @@ from pathlib import Path
 
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
-from qvl_agent.cli import add_engine_args, print_event, task_and_steps
+from qvl_agent.cli import add_engine_args, print_event, print_report, task_and_steps
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import QvlError, UsageError
@@ -100,6 +100,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     if result.answer:
         print(result.answer, flush=True)
     print(f"qvl-agent: {result.status}: {result.message} (trace: {trace_dir})", file=sys.stderr, flush=True)
+    print_report(trace_dir)
     if export is not None:
         if result.ok:
             compiled = export_trace(trace_dir, export)

@@ -20,7 +20,7 @@ from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.capture import list_monitors
-from qvl_agent.cli import add_engine_args, print_event, task_and_steps
+from qvl_agent.cli import add_engine_args, print_event, print_report, task_and_steps
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
@@ -93,4 +93,5 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if result.answer:
         print(result.answer, flush=True)
     print(f"qvl-agent: {result.status}: {result.message} (trace: {trace_dir})", file=sys.stderr, flush=True)
+    print_report(trace_dir)
     return 0 if result.ok else 1

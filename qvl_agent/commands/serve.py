@@ -10,12 +10,12 @@ picks a free port (the printed address has the real one).
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import DEFAULT_MODEL, Settings, config_dir
 from qvl_agent.errors import UsageError
+from qvl_agent.server.listen import bind, browser_host
 
 
 def register(subparsers) -> None:
@@ -52,33 +52,6 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind before loading the model, so a busy port fails in a second rather than after the load."""
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--port must be from 0 to 65535, not {port}.")
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        raise UsageError(f"Cannot listen on {host!r}: no such address.") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"Cannot listen on {host}:{port} ({exc.strerror}); is another server using it?") from None
-    sock.listen(128)
-    sock.set_inheritable(True)
-    return sock
-
-
-def _browser_host(host: str) -> str:
-    if host in ("0.0.0.0", "", "::"):
-        return "127.0.0.1"
-    return f"[{host}]" if ":" in host else host
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.server.auth import resolve_token
 
@@ -88,7 +61,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds.")
     token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
-    sock = _bind(args.host, args.port)
+    sock = bind(args.host, args.port)
     # The heavy imports (uvicorn, the engine, torch) only once the flags, the token and the port are known
     # to be good, so a mistake there is reported in a moment.
     import uvicorn
@@ -98,7 +71,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.server.transport import uvicorn_config
 
     port = sock.getsockname()[1]
-    base = f"http://{_browser_host(args.host)}:{port}"
+    base = f"http://{browser_host(args.host)}:{port}"
 
     def ready() -> None:
         # Printed once uvicorn accepts requests (and handles Ctrl+C), so the address is live when seen.

@@ -1,6 +1,10 @@
-"""`qvl-agent trace show DIR`: print a run's trace, step by step.
+"""`qvl-agent trace list|show|report`: the runs on disk, one run's trace as text, or its visual report.
 
-Shows the task, and for each step its screenshot file, the model's reply, every action with its pixel
+    qvl-agent trace list [-n N]              recent runs, newest first: folder, start, steps, outcome, task
+    qvl-agent trace show [DIR]               one run as text (default: the latest run)
+    qvl-agent trace report [DIR] [--open]    write DIR/report.html and print its path (default: the latest run)
+
+`show` prints the task, and for each step its screenshot file, the model's reply, every action with its pixel
 coordinates and result, errors fed back to the model, and timings; then how the run ended (or that it
 never ended: a crash leaves every finished step readable).
 """
@@ -8,17 +12,27 @@ never ended: a crash leaves every finished step readable).
 from __future__ import annotations
 
 import argparse
+import webbrowser
 
 from qvl_agent.config import Settings
-from qvl_agent.trace import read_trace
+from qvl_agent.errors import UsageError
+from qvl_agent.report import write_report
+from qvl_agent.trace import latest_run, read_trace, run_dirs, runs_root, summarize
 
 
 def register(sub) -> None:
-    p = sub.add_parser("trace", help="show a run's trace", description=__doc__.splitlines()[0])
+    p = sub.add_parser("trace", help="list runs, show a run, write its report", description=__doc__.splitlines()[0])
     tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
-    show = tsub.add_parser("show", help="print a run folder written by qvl-agent run")
-    show.add_argument("dir", metavar="DIR", help="the run's trace folder")
+    ls = tsub.add_parser("list", help="recent runs, newest first")
+    ls.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="show at most N runs (default 20)")
+    ls.set_defaults(func=list_runs)
+    show = tsub.add_parser("show", help="print a run's trace as text")
+    show.add_argument("dir", nargs="?", metavar="DIR", help="the run's trace folder (default: the latest run)")
     show.set_defaults(func=run)
+    report = tsub.add_parser("report", help="write the run's report.html and print its path")
+    report.add_argument("dir", nargs="?", metavar="DIR", help="the run's trace folder (default: the latest run)")
+    report.add_argument("--open", action="store_true", help="open the report in the web browser")
+    report.set_defaults(func=make_report)
 
 
 def _indent(text: str, prefix: str = "      ") -> str:
@@ -66,5 +80,26 @@ def format_trace(directory) -> str:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    print(format_trace(args.dir))
+    print(format_trace(args.dir or latest_run()))
+    return 0
+
+
+def list_runs(args: argparse.Namespace, settings: Settings) -> int:
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, not {args.limit}.")
+    dirs = run_dirs()
+    if not dirs:
+        print(f"No runs in {runs_root()} yet.")
+        return 0
+    for d in dirs[: args.limit]:
+        s = summarize(d)
+        print(f"{d.name:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome:10}  {' '.join(s.task.split())}")
+    return 0
+
+
+def make_report(args: argparse.Namespace, settings: Settings) -> int:
+    path = write_report(args.dir or latest_run())
+    print(path)
+    if args.open:
+        webbrowser.open(path.resolve().as_uri())
     return 0

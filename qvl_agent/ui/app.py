@@ -20,8 +20,8 @@ import threading
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Slot
-from PySide6.QtGui import QAction, QCursor
+from PySide6.QtCore import QObject, QTimer, QUrl, Slot
+from PySide6.QtGui import QAction, QCursor, QDesktopServices
 from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon
 
 from qvl_agent.config import Settings
@@ -84,6 +84,7 @@ class TrayApp(QObject):
         self._load_started = time.monotonic()
         self.automation = Automation(self.host, lambda: self.settings, self.emit_event, self)
         self.automation.finished.connect(self._automation_finished)
+        self.automation.finished.connect(self._report_ready)
         self.scripts = ScriptFlow(self.host, lambda: self.settings, self.emit_event, self)
         self.scripts.finished.connect(self._automation_finished)
         self._build_actions()
@@ -100,12 +101,15 @@ class TrayApp(QObject):
         self.ask_action = action("Ask about screen", lambda: self._after_menu(self.ask_screen))
         self.region_action = action("Ask about region", lambda: self._after_menu(self.ask_region))
         self.task_action = action("Run a task…", self.run_task)
+        self.report_action = action("Open report", self.open_report, "the last run's report in the web browser")
+        self.report_action.setEnabled(False)  # until a run has ended
         self.settings_action = action("Settings", self.open_settings)
         self.quit_action = action("Quit", self.quit)
         self.actions = [
             self.ask_action,
             self.region_action,
             self.task_action,
+            self.report_action,
             self.settings_action,
             self.quit_action,
         ]
@@ -300,6 +304,17 @@ class TrayApp(QObject):
     @Slot(str)
     def _automation_finished(self, message: str) -> None:
         self.notify(message)
+
+    @Slot(str)
+    def _report_ready(self, message: str) -> None:
+        self.report_action.setEnabled(self.automation.last_report is not None)
+
+    @Slot()
+    def open_report(self) -> None:
+        report = self.automation.last_report
+        if report is not None:
+            self.emit_event("report_opened", path=str(report))
+            QDesktopServices.openUrl(QUrl.fromLocalFile(str(report)))
 
     @Slot()
     def stop_everything(self) -> None:

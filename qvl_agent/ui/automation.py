@@ -42,6 +42,17 @@ def default_executor(shot: Screenshot | None, guard: Guard, mode: str):
     return DryRunExecutor(desktop) if mode == "dry-run" else desktop
 
 
+def _report(trace_dir) -> Path | None:
+    """The run's report.html, written on the engine thread; None when it could not be written."""
+    from qvl_agent.errors import QvlError
+    from qvl_agent.report import write_report
+
+    try:
+        return write_report(trace_dir)
+    except QvlError:
+        return None
+
+
 class _Ask(QObject):
     """A question from the engine thread to the GUI thread, answered through a threading.Event."""
 
@@ -94,6 +105,7 @@ class Automation(QObject):
         self.marker = ClickMarker()
         self.guard: Guard | None = None
         self.running = False
+        self.last_report: Path | None = None  # the last run's report.html, for the tray's "Open report"
         self._request: int | None = None
         self._window: QWidget | None = None
         self._marker = _Ask(self._show_marker, self)
@@ -147,10 +159,11 @@ class Automation(QObject):
                     engine, executor, guard, trace, confirm=confirm, on_event=on_event,
                     options=GenerationOptions(max_new_tokens=max_new_tokens),
                 )  # fmt: skip
-                return agent.run(task), Path(trace_dir)
+                result = agent.run(task)
             finally:
                 executor.close()
                 trace.close()
+            return result, Path(trace_dir), _report(trace_dir)
 
         self._request = self.host.call(job)
         return True
@@ -166,11 +179,12 @@ class Automation(QObject):
     def _done(self, request: int, value) -> None:
         if request != self._request:
             return
-        result, trace_dir = value
+        result, trace_dir, report = value
         text = f"Do it: {result.status}. {result.message}"
         if result.answer:
             text += f" Answer: {result.answer}"
-        self._end(text, status=result.status, answer=result.answer, trace=str(trace_dir))
+        self.last_report = report
+        self._end(text, status=result.status, answer=result.answer, trace=str(trace_dir), report=str(report or ""))
 
     @Slot(int, str)
     def _failed(self, request: int, message: str) -> None:
