@@ -185,6 +185,10 @@ class RemoteSession(Session):
             "temperature": options.temperature,
             "top_p": options.top_p,
         }
+        if options.top_k:
+            body["top_k"] = options.top_k  # vLLM's and SGLang's extension, and ours
+        if options.presence_penalty:
+            body["presence_penalty"] = options.presence_penalty
         if options.stop:
             body["stop"] = list(options.stop)
         if options.min_new_tokens:

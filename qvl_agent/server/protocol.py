@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from qvl_agent.engine.base import GenerationOptions
+from qvl_agent.engine.base import GenerationOptions, sampling_defaults
 from qvl_agent.errors import ImageError
 from qvl_agent.image import Screenshot, load_image_bytes
 
@@ -284,10 +284,14 @@ def parse_chat_request(raw: bytes, decoder: ImageDecoder, default_max_tokens: in
         raise ApiError(400, "stop must be a string or a list of up to 4 non-empty strings.", param="stop")
     max_tokens = _number(body, "max_completion_tokens", None, 1, MAX_TOKENS_CAP, integer=True)
     max_tokens = _number(body, "max_tokens", max_tokens or default_max_tokens, 1, MAX_TOKENS_CAP, integer=True)
+    temperature = float(_number(body, "temperature", 0.0, 0.0, 2.0))
+    recipe = sampling_defaults(temperature)  # what the client leaves out follows the model card
     options = GenerationOptions(
         max_new_tokens=max_tokens,
-        temperature=float(_number(body, "temperature", 0.0, 0.0, 2.0)),
-        top_p=float(_number(body, "top_p", 1.0, 0.0, 1.0)),
+        temperature=temperature,
+        top_p=float(_number(body, "top_p", recipe["top_p"], 0.0, 1.0)),
+        top_k=int(_number(body, "top_k", recipe["top_k"], 0, 1_000_000, integer=True)),
+        presence_penalty=float(_number(body, "presence_penalty", recipe["presence_penalty"], -2.0, 2.0)),
         stop=stop,
     )
     stream = body.get("stream", False)
