@@ -181,6 +181,9 @@ def run_episode(
     finally:
         executor.close()
     raw = float(state["raw"] or 0.0) if state["done"] else 0.0
+    # A run the harness stopped because the page ended the episode is counted at the step it was stopped
+    # in, before that step asked the model: the model took one step fewer.
+    steps = result.steps - 1 if state["done"] and result.status == "stopped" else result.steps
     return Episode(
         task,
         episode,
@@ -188,8 +191,8 @@ def run_episode(
         utterance,
         raw > 0,
         raw,
-        result.steps,
-        elapsed_ms / max(result.steps, 1),
+        steps,
+        elapsed_ms / max(steps, 1),
         result.status,
         str(state.get("reason") or ""),
     )
