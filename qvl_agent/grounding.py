@@ -66,11 +66,11 @@ def point_in_reply(reply: str) -> tuple[float, float]:
     return found
 
 
-def locate(
+def ask(
     engine: Engine, shot: Screenshot, description: str, options: GenerationOptions | None = None
-) -> GroundedPoint:
-    """Ask where `description` is on `shot`; the answer in model and screen coordinates.
-    ParseError when the description is empty or the reply names no point; engine errors pass through."""
+) -> tuple[str, float]:
+    """The model's whole reply to the grounding question about `shot`, and the ms it took.
+    ParseError when the description is empty; engine errors pass through."""
     description = description.strip()
     if not description:
         raise ParseError('Say what to find, e.g. "the Save button".')
@@ -80,8 +80,20 @@ def locate(
         reply = session.complete(description, [shot], options or GenerationOptions(max_new_tokens=MAX_NEW_TOKENS))
     finally:
         session.close()
-    ms = (time.perf_counter() - start) * 1000
+    return reply, (time.perf_counter() - start) * 1000
+
+
+def grounded(reply: str, ms: float, shot: Screenshot) -> GroundedPoint:
+    """The point a reply names, clamped to the grid and mapped to `shot`'s pixels; ParseError when none."""
     mx, my = point_in_reply(reply)
     mx, my = min(max(mx, 0.0), float(GRID)), min(max(my, 0.0), float(GRID))
     x, y = to_pixels(mx, my, shot)
     return GroundedPoint(x, y, mx, my, ms, reply)
+
+
+def locate(
+    engine: Engine, shot: Screenshot, description: str, options: GenerationOptions | None = None
+) -> GroundedPoint:
+    """Ask where `description` is on `shot`; the answer in model and screen coordinates.
+    ParseError when the description is empty or the reply names no point; engine errors pass through."""
+    return grounded(*ask(engine, shot, description, options), shot)

@@ -13,6 +13,7 @@ folder under the user's data folder). Exit 0 when the evaluation ran, 2 on bad u
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from qvl_agent.cli import add_engine_args
@@ -69,7 +70,7 @@ def screenspot(args: argparse.Namespace, settings: Settings) -> int:
     lines = ss.summarize(outcomes)
     report = ss.write_screenspot_report(out, outcomes, lines)
     print("\n".join(lines), flush=True)
-    print(f"wrote {out / 'results.jsonl'} and {report}", flush=True)
+    print(f"qvl-agent: wrote {out / 'results.jsonl'} and {report}", file=sys.stderr, flush=True)
     return 0
 
 
@@ -85,5 +86,5 @@ def miniwob(args: argparse.Namespace, settings: Settings) -> int:
     lines, rows = mw.summarize(episodes)
     report = mw.write_miniwob_report(out, episodes, lines, rows)
     print("\n".join(lines), flush=True)
-    print(f"wrote {out / 'results.jsonl'} and {report}", flush=True)
+    print(f"qvl-agent: wrote {out / 'results.jsonl'} and {report}", file=sys.stderr, flush=True)
     return 0

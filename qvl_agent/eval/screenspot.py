@@ -28,7 +28,7 @@ from pathlib import Path
 from qvl_agent.engine.base import Engine
 from qvl_agent.errors import ParseError, UsageError
 from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
-from qvl_agent.grounding import locate
+from qvl_agent.grounding import ask, grounded
 from qvl_agent.image import load_image
 
 LAYOUT_V2 = "ScreenSpot/v2"
@@ -53,7 +53,9 @@ class Item:
 # --- reading a data set -------------------------------------------------------------------------------
 
 
-def _read_items(path: Path) -> list[dict]:
+def _read_items(path: Path, strict: bool = True) -> list[dict]:
+    """The items of one data file. In a folder (`strict` False) a JSON file that holds no items with
+    `img_filename` (a download's metadata, say) is skipped instead of refused."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -65,7 +67,10 @@ def _read_items(path: Path) -> list[dict]:
             data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"The data file {path} is not valid JSON ({exc}).") from None
-    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+    is_data = isinstance(data, list) and all(isinstance(d, dict) for d in data)
+    if not strict and not (is_data and any("img_filename" in d for d in data)):
+        return []
+    if not is_data:
         raise UsageError(f"The data file {path} must hold a list of items (JSON objects).")
     return data
 
@@ -119,7 +124,13 @@ def load_dataset(data: str | Path) -> list[Item]:
     """Every item of the data set at `data` (a file or a folder), with its image found on disk."""
     root = Path(data)
     if root.is_dir():
-        files = sorted(p for p in root.rglob("*") if p.suffix in (".json", ".jsonl") and p.is_file())
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.suffix in (".json", ".jsonl")
+            and p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
         if not files:
             raise UsageError(f"The folder {root} holds no .json or .jsonl data files.")
     elif root.is_file():
@@ -128,7 +139,7 @@ def load_dataset(data: str | Path) -> list[Item]:
         raise UsageError(f"No such data file or folder: {root}.")
     items: list[Item] = []
     for path in files:
-        raw_items = _read_items(path)
+        raw_items = _read_items(path, strict=len(files) == 1)
         if not raw_items:
             continue
         layout = detect_layout(raw_items, path)
@@ -175,18 +186,13 @@ def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) 
     try:
         for n, item in enumerate(items, 1):
             shot = load_image(item.image)
+            reply, ms = ask(engine, shot, item.instruction)
             try:
-                found = locate(engine, shot, item.instruction)
-                outcome = Outcome(
-                    item,
-                    (found.x, found.y),
-                    (found.model_x, found.model_y),
-                    item.contains(found.x, found.y),
-                    found.ms,
-                    found.reply,
-                )
+                found = grounded(reply, ms, shot)
+                point, model_point = (found.x, found.y), (found.model_x, found.model_y)
+                outcome = Outcome(item, point, model_point, item.contains(*point), ms, reply)
             except ParseError as exc:  # a reply without a point is a miss, not the end of the run
-                outcome = Outcome(item, None, None, False, 0.0, "", str(exc))
+                outcome = Outcome(item, None, None, False, ms, reply, str(exc))
             outcomes.append(outcome)
             writer.write(
                 {
@@ -223,7 +229,7 @@ def summarize(outcomes: list[Outcome]) -> list[str]:
             by[("platform/type", f"{o.item.splits['platform']}/{o.item.splits['type']}")].append(o.hit)
     for (dim, value), marks in sorted(by.items()):
         lines.append(f"  {dim}={value}: {rate(sum(marks), len(marks))}")
-    lines.append(latency_line([o.ms for o in outcomes if o.point is not None]))
+    lines.append(latency_line([o.ms for o in outcomes]))
     unanswered = sum(o.point is None for o in outcomes)
     if unanswered:
         lines.append(f"{unanswered} replies named no point (counted as misses)")
