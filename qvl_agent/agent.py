@@ -1,12 +1,23 @@
 """The step loop: capture -> engine -> parse -> guard -> execute -> wait until the screen settles -> next.
 
 The model gets Qwen3-VL's computer-use tool schema in the system prompt (`prompts/<prompt_name>.txt`,
-exactly as Qwen's cookbook and the chat template render tools), the task with the first screenshot, and
-after each step a short observation with the next screenshot. The session is append-only, so an engine
-that keeps the KV cache prefills only the new screenshot and text each step. Once `max_images`
-screenshots are in context, the session is rebuilt once: older turns keep their text and the model's
-replies (the actions as text), only the last `keep_images` screenshots stay; the recompute then happens
-every few steps instead of every step.
+exactly as Qwen's cookbook renders it), the task with the first screenshot, and after each step a short
+observation with the next screenshot. Observations say what happened ("left_click at (500, 310):
+clicked", "type 'hi': typed 2 characters"): coordinates in them are the model's own 0-1000 grid, never
+screen pixels, so the history speaks one coordinate system.
+
+Context layout (a design choice, argued): each step is one chat turn, the screenshot and the observation
+as the user, the model's own tool call as the assistant, as in the cookbook's multi-turn use. The
+session is append-only, so an engine that keeps the KV cache prefills only the new screenshot and text
+each step. Once `max_images` screenshots are in context the session is rebuilt once: every turn keeps
+its text and the model's reply (its actions, verbatim), only the last `keep_images` screenshots stay,
+and each turn that lost its screenshot says so (`prompts/<prompt_name>_omitted.txt`) instead of
+claiming "this is the screen now". The recompute then happens every few steps instead of every step.
+OSWorld's layout for Qwen3-VL (the instruction restated, a "previous actions" list, the last few
+screenshots) rebuilds the whole prompt at every step because the list grows in front of the
+screenshots: the same information, but no KV reuse, so every step would pay a full prefill of several
+thousand tokens. The rebuilt turns here carry that information too: the task stays the first turn and
+the model's actions stay in order, each with what it did.
 
 Parse and action errors go back to the model as the next observation (at most `max_retries` in a row);
 `terminate` and `answer` end the run; the emergency stop, `max_steps` and the per-step timeout end it too.
@@ -64,6 +75,15 @@ class _StepTimeout(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class Observation:
+    """One user turn of the run: `text` goes with its screenshot; `without_image` replaces it once a
+    rebuild dropped that screenshot."""
+
+    text: str
+    without_image: str
+
+
 class Agent:
     def __init__(
         self,
@@ -99,11 +119,16 @@ class Agent:
         self.options = options or GenerationOptions(max_new_tokens=256)
         self.session: Session | None = None
         self.rebuilds = 0
+        self._without_images: list[str] = []  # per turn of the run: its text once its screenshot is gone
 
     # --- prompts and context --------------------------------------------------------------------------
 
     def _prompt(self, suffix: str, **values) -> str:
         return prompts.load(f"{self.prompt_name}{suffix}").render(**values)
+
+    def _observation(self, suffix: str, said: str, **values) -> Observation:
+        """The turn `prompts/<prompt>_<suffix>.txt` and its text without a screenshot (what was `said`)."""
+        return Observation(self._prompt(suffix, **values), self._prompt("_omitted", said=said))
 
     def system_prompt(self) -> str:
         return self._prompt("", screen_width=GRID, screen_height=GRID)
@@ -118,8 +143,10 @@ class Agent:
         turns = old.turns if old else []
         keep_from = len(turns) - (self.keep_images - 1)
         for i, turn in enumerate(turns):
-            images = turn.images if i >= keep_from else ()
-            fresh.add_turn(turn.text, images, turn.reply)
+            if i >= keep_from or not turn.images:
+                fresh.add_turn(turn.text, turn.images, turn.reply)
+            else:
+                fresh.add_turn(self._without_images[i], (), turn.reply)
         if old is not None:
             old.close()
         self.rebuilds += 1
@@ -134,9 +161,10 @@ class Agent:
 
     # --- one model turn -------------------------------------------------------------------------------
 
-    def _ask(self, text: str, shot: Screenshot) -> str:
+    def _ask(self, observation: Observation, shot: Screenshot) -> str:
         """The model's reply, cancelled by the stop switch or the per-step timeout."""
         session = self.session
+        text = observation.text
         timed_out = threading.Event()
 
         def on_timeout() -> None:
@@ -149,6 +177,7 @@ class Agent:
         # hooked up after it, and checked before the first token: a stop that came in between the step's
         # check and here ends the run now instead of after a whole reply.
         stream = session.ask(text, [shot], self.options)
+        self._without_images.append(observation.without_image)
         unregister = self.guard.switch.on_stop(session.cancel)
         timer.start()
         try:
@@ -176,10 +205,12 @@ class Agent:
                 max_steps=self.max_steps,
             )
         self.session = None
+        self._without_images = []
         result = RunResult(
             "limit", steps=self.max_steps, message=f"The task was not done within {self.max_steps} steps."
         )
-        observation = self._prompt("_task", task=task)
+        first = self._prompt("_task", task=task)
+        observation = Observation(first, self._prompt("_omitted", said=first))
         retries = 0
         step = 0
         try:
@@ -205,9 +236,9 @@ class Agent:
         self._emit("done", result.steps, message=result.status)
         return result
 
-    def _step(self, step: int, observation: str, retries: int) -> tuple[RunResult | None, str, int]:
+    def _step(self, step: int, observation: Observation, retries: int) -> tuple[RunResult | None, Observation, int]:
         """One step. Returns (the run's result when it ended, the next observation, retries so far)."""
-        record: dict = {"step": step, "observation": observation, "actions": [], "results": []}
+        record: dict = {"step": step, "observation": observation.text, "actions": [], "results": []}
         timings: dict = {}
         t0 = time.perf_counter()
         try:
@@ -250,12 +281,12 @@ class Agent:
                 return self._retry(step, record, str(exc), retries)
             timings["act_ms"] = (time.perf_counter() - t) * 1000
             if finished is not None:
-                return finished, "", 0
+                return finished, observation, 0
             t = time.perf_counter()
             self.executor.wait_until_settled(self.settle_timeout_s)
             timings["settle_ms"] = (time.perf_counter() - t) * 1000
-            lines = [f"{r['action']}: {r['message']}" for r in record["results"]]
-            return None, self._prompt("_step", results="\n".join(lines)), 0
+            results = "\n".join(f"{r['action']}: {r['message']}" for r in record["results"])
+            return None, self._observation("_step", results, results=results), 0
         except (QvlError, _StepTimeout) as exc:
             record["error"] = str(exc) or type(exc).__name__
             raise
@@ -265,7 +296,7 @@ class Agent:
             if self.trace:
                 self.trace.step(record)
 
-    def _retry(self, step: int, record: dict, error: str, retries: int) -> tuple[RunResult | None, str, int]:
+    def _retry(self, step: int, record: dict, error: str, retries: int) -> tuple[RunResult | None, Observation, int]:
         record["error"] = error
         self._emit("error", step, message=error)
         done = [r["action"] for r in record["results"] if r.get("ok")]
@@ -279,10 +310,10 @@ class Agent:
                     steps=step,
                     message=f"Gave up after {retries} unusable replies in a row: {error}",
                 ),
-                "",
+                Observation("", ""),
                 retries,
             )
-        return None, self._prompt("_error", error=error), retries
+        return None, self._observation("_error", f"Not carried out: {error}", error=error), retries
 
     def _act(self, step: int, actions: list[A.Action], shot: Screenshot, record: dict) -> RunResult | None:
         """Run a reply's actions in order; the guard checks each right before it runs."""

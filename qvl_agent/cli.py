@@ -15,7 +15,7 @@ from qvl_agent import __version__, config
 from qvl_agent.errors import QvlError, UsageError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["ask", "run", "browse", "playwright", "trace", "tray", "serve", "mcp", "doctor", "bench"]
+COMMANDS = ["ask", "locate", "run", "browse", "playwright", "trace", "tray", "serve", "mcp", "eval", "doctor", "bench"]
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,14 +1,20 @@
 """Grounding: "where is X?" answered with one point on the screen.
 
-Uses the single-click prompt Qwen3-VL is benchmarked with on ScreenSpot (`prompts/grounding.txt`: the
-`computer_use` tool limited to `left_click` on the 0-1000 grid, and the instruction to click the element,
-guessing when unsure), the screenshot then the description, greedy decoding. The reply's first point (a
-`left_click` tool call, or a bare `point_2d`/`bbox_2d` answer) is mapped to physical pixels through the
-screenshot's geometry. Used by `qvl-agent locate`, the evaluation harness, the MCP server and the tray.
+Asks the way Qwen3-VL is benchmarked on ScreenSpot-Pro (the public Qwen3-VL adapter of the
+ScreenSpot-Pro evaluation): `prompts/grounding.txt` is that adapter's system prompt byte for byte (the
+instruction to click the element, guessing when unsure, and a `computer_use` tool limited to
+`left_click` on a 1000x1000 screen; its quirks, raw newlines inside the tool JSON and one closing brace
+short, are the adapter's and kept on purpose), then one user turn holding the screenshot and then the
+description, greedy decoding. The reply's point is read the way the adapter reads it: the tool call's
+`coordinate` ([x, y], or the centre of [x1, y1, x2, y2]); a bare `point_2d`/`bbox_2d` answer is
+accepted too. The point is clamped to the 0-1000 grid and mapped to physical pixels through the
+screenshot's geometry (monitor offset and scale). Used by `qvl-agent locate`, `qvl-agent eval
+screenspot`, the MCP server and the tray. Imports no torch, Qt or Playwright.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -19,12 +25,18 @@ from qvl_agent.errors import ParseError
 from qvl_agent.image import GRID, Screenshot, to_pixels
 from qvl_agent.parse import parse_actions, parse_point
 
+MAX_NEW_TOKENS = 128  # a left_click call is ~30 tokens; the adapter allows 100
+_NUMBER = r"-?\d+(?:\.\d+)?"
+_BOX_COORDINATE = re.compile(
+    rf'"coordinate"\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]'
+)
+
 
 @dataclass(frozen=True)
 class GroundedPoint:
-    x: int  # physical pixels of the virtual desktop
+    x: int  # physical pixels of the virtual desktop (pixels of the image for an image file)
     y: int
-    model_x: float  # the model's answer on the 0-1000 grid
+    model_x: float  # the model's answer on the 0-1000 grid, clamped
     model_y: float
     ms: float  # model time, from the question to the whole reply
     reply: str
@@ -35,7 +47,7 @@ def system_prompt() -> str:
 
 
 def point_in_reply(reply: str) -> tuple[float, float]:
-    """The model point a grounding reply names; ParseError when it names none."""
+    """The model point a grounding reply names (0-1000 grid, not clamped); ParseError when it names none."""
     try:
         for action in parse_actions(reply):
             touched = A.points(action)
@@ -43,27 +55,45 @@ def point_in_reply(reply: str) -> tuple[float, float]:
                 return touched[-1]
     except ParseError:
         pass
+    box = _BOX_COORDINATE.search(reply)  # the adapter takes a 4-number coordinate as a box: its centre
+    if box:
+        x1, y1, x2, y2 = (float(g) for g in box.groups())
+        return (x1 + x2) / 2, (y1 + y2) / 2
     found = parse_point(reply)
     if found is None:
-        raise ParseError(f"The model's answer names no point on the screen: {reply.strip()[:200]!r}.")
+        short = " ".join(reply.split())[:160]
+        raise ParseError(f"The model's answer names no point on the screen: {short!r}.")
     return found
 
 
-def locate(
+def ask(
     engine: Engine, shot: Screenshot, description: str, options: GenerationOptions | None = None
-) -> GroundedPoint:
-    """Ask where `description` is on `shot`; the answer in model and screen coordinates."""
+) -> tuple[str, float]:
+    """The model's whole reply to the grounding question about `shot`, and the ms it took.
+    ParseError when the description is empty; engine errors pass through."""
     description = description.strip()
     if not description:
         raise ParseError('Say what to find, e.g. "the Save button".')
     start = time.perf_counter()
     session = engine.open_session(system=system_prompt())
     try:
-        reply = session.complete(description, [shot], options or GenerationOptions(max_new_tokens=128))
+        reply = session.complete(description, [shot], options or GenerationOptions(max_new_tokens=MAX_NEW_TOKENS))
     finally:
         session.close()
-    ms = (time.perf_counter() - start) * 1000
+    return reply, (time.perf_counter() - start) * 1000
+
+
+def grounded(reply: str, ms: float, shot: Screenshot) -> GroundedPoint:
+    """The point a reply names, clamped to the grid and mapped to `shot`'s pixels; ParseError when none."""
     mx, my = point_in_reply(reply)
     mx, my = min(max(mx, 0.0), float(GRID)), min(max(my, 0.0), float(GRID))
     x, y = to_pixels(mx, my, shot)
     return GroundedPoint(x, y, mx, my, ms, reply)
+
+
+def locate(
+    engine: Engine, shot: Screenshot, description: str, options: GenerationOptions | None = None
+) -> GroundedPoint:
+    """Ask where `description` is on `shot`; the answer in model and screen coordinates.
+    ParseError when the description is empty or the reply names no point; engine errors pass through."""
+    return grounded(*ask(engine, shot, description, options), shot)

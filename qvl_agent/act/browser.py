@@ -290,7 +290,7 @@ class BrowserExecutor:
         except self._error_type as exc:
             self._fail(exc)
         self._check_alive()
-        return ActionResult(True, A.describe(action), detail)
+        return ActionResult(True, "done", detail)
 
     def close(self) -> None:
         for step in (lambda: self.browser.close(), lambda: self._pw.stop()):

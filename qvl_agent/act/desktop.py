@@ -179,16 +179,16 @@ class DesktopExecutor:
         if isinstance(action, A.MouseMove):
             px, py = self._point(action.x, action.y, shot)
             pg.moveTo(px, py)
-            return ActionResult(True, f"moved to ({px}, {py})", {"pixels": [[px, py]]})
+            return ActionResult(True, "moved the pointer there", {"pixels": [[px, py]]})
         if type(action) in buttons:
             px, py = self._point(action.x, action.y, shot)
             pg.click(px, py, button=buttons[type(action)])
-            return ActionResult(True, f"clicked at ({px}, {py})", {"pixels": [[px, py]]})
+            return ActionResult(True, "clicked", {"pixels": [[px, py]]})
         if isinstance(action, A.DoubleClick | A.TripleClick):
             px, py = self._point(action.x, action.y, shot)
             count = 2 if isinstance(action, A.DoubleClick) else 3
             pg.click(px, py, clicks=count, interval=0.02, button="left")
-            return ActionResult(True, f"clicked {count} times at ({px}, {py})", {"pixels": [[px, py]]})
+            return ActionResult(True, f"clicked {count} times", {"pixels": [[px, py]]})
         if isinstance(action, A.LeftClickDrag):
             if action.start_x is not None and action.start_y is not None:
                 sx, sy = self._point(action.start_x, action.start_y, shot)
@@ -201,7 +201,7 @@ class DesktopExecutor:
                 pg.moveTo(px, py, duration=DRAG_S)
             finally:
                 pg.mouseUp(button="left")
-            return ActionResult(True, f"dragged ({sx}, {sy}) -> ({px}, {py})", {"pixels": [[sx, sy], [px, py]]})
+            return ActionResult(True, "dragged", {"pixels": [[sx, sy], [px, py]]})
         if isinstance(action, A.Key):
             names = self._keys(action.keys)
             pg.hotkey(*names)
@@ -217,7 +217,7 @@ class DesktopExecutor:
                 where = self._point(action.x, action.y, shot)
                 detail["pixels"] = [list(where)]
             (pg.scroll if isinstance(action, A.Scroll) else pg.hscroll)(clicks, *where)
-            return ActionResult(True, f"scrolled {clicks}", detail)
+            return ActionResult(True, f"scrolled {clicks} wheel clicks", detail)
         # wait, terminate and answer never get here: the agent sleeps on the stop switch or ends the run
         return ActionResult(True, A.describe(action))
 

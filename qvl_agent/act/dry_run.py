@@ -25,8 +25,8 @@ class DryRunExecutor:
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         pixels = [to_pixels(x, y, shot) for x, y in A.points(action)]
         self.done.append((action, pixels))
-        where = " at " + " -> ".join(f"({x}, {y})" for x, y in pixels) if pixels else ""
-        return ActionResult(True, f"dry run: would {A.describe(action)}{where}", {"pixels": [list(p) for p in pixels]})
+        # The message goes back to the model: it says what happened, the pixels stay in the detail.
+        return ActionResult(True, "not carried out (dry run)", {"pixels": [list(p) for p in pixels]})
 
     def wait_until_settled(self, timeout_s: float) -> None:
         """Nothing was done, so nothing can change."""

@@ -72,6 +72,18 @@ class GenerationOptions:
     min_new_tokens: int = 0  # benchmarks force fixed lengths; nobody else should need this
 
 
+# Qwen3-VL-2B-Instruct's model card: how to sample when sampling at all (temperature > 0). Greedy
+# decoding (temperature 0) stays the default for actions and grounding.
+SAMPLING_RECIPE = {"top_p": 0.8, "top_k": 20, "presence_penalty": 1.5}
+
+
+def sampling_defaults(temperature: float) -> dict:
+    """The model card's top_p/top_k/presence_penalty when `temperature` samples; the greedy no-ops otherwise."""
+    if temperature > 0:
+        return dict(SAMPLING_RECIPE)
+    return {"top_p": 1.0, "top_k": 0, "presence_penalty": 0.0}
+
+
 class Session(ABC):
     """One conversation with the engine. Not thread-safe except `cancel`."""
 

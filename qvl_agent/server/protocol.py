@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from qvl_agent.engine.base import GenerationOptions
+from qvl_agent.engine.base import GenerationOptions, sampling_defaults
 from qvl_agent.image import Screenshot
 
 MAX_TOKENS_CAP = 32_768  # beyond any sane reply; the engine's context is the real bound
@@ -97,9 +97,10 @@ class ChatCompletionRequest(_Model):
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CAP)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CAP)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
-    top_p: float = Field(1.0, ge=0.0, le=1.0)
-    top_k: int = Field(0, ge=0, le=1_000_000)  # vLLM's extension; 0 means no cut
-    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    # Left out, these follow the model card's recipe when sampling (`sampling_defaults`).
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, le=1_000_000)  # vLLM's extension; 0 means no cut
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     n: int | None = None
     stop: str | list[str] | None = None
 
@@ -198,12 +199,13 @@ def parse_chat_request(raw: bytes, default_max_tokens: int) -> ChatRequest:
         raise ApiError(400, "The last message must be from the user.", param="messages")
 
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    recipe = sampling_defaults(body.temperature)  # what the client leaves out follows the model card
     options = GenerationOptions(
         max_new_tokens=body.max_tokens or body.max_completion_tokens or default_max_tokens,
         temperature=body.temperature,
-        top_p=body.top_p,
-        top_k=body.top_k,
-        presence_penalty=body.presence_penalty,
+        top_p=recipe["top_p"] if body.top_p is None else body.top_p,
+        top_k=recipe["top_k"] if body.top_k is None else body.top_k,
+        presence_penalty=recipe["presence_penalty"] if body.presence_penalty is None else body.presence_penalty,
         stop=stop,
     )
     return ChatRequest(

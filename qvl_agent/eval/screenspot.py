@@ -1,0 +1,280 @@
+"""ScreenSpot-family grounding accuracy: one `locate` per item, a hit when the point is inside the box.
+
+A data set is a JSON file (a list of items), a JSONL file (one item per line) or a folder holding such
+files (searched recursively, e.g. ScreenSpot-Pro's `annotations/`). Each file's layout is detected
+from its fields:
+
+    ScreenSpot / ScreenSpot-v2   img_filename, bbox = [x, y, w, h], instruction, data_type,
+                                 data_source (or platform)
+    ScreenSpot-Pro               img_filename, bbox = [x1, y1, x2, y2], img_size, instruction,
+                                 ui_type, group, platform
+
+An image is looked for relative to its file, in an `images/` folder beside the file or beside the
+file's folder, then in the other folders beside the file (the v1/v2 downloads use `screenspot_imgs/`
+and `screenspotv2_image/`). Splits: platform (ScreenSpot's file name says mobile/desktop/web; else the
+item's platform or data_source), type (text/icon: data_type or ui_type) and, for ScreenSpot-Pro, group.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qvl_agent.engine.base import Engine
+from qvl_agent.errors import ParseError, UsageError
+from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
+from qvl_agent.grounding import ask, grounded
+from qvl_agent.image import load_image
+
+LAYOUT_V2 = "ScreenSpot/v2"
+LAYOUT_PRO = "ScreenSpot-Pro"
+SAMPLES = 6  # hits and misses each, drawn in the report
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    image: Path
+    instruction: str
+    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in image pixels
+    layout: str
+    splits: dict[str, str] = field(default_factory=dict)
+
+    def contains(self, x: float, y: float) -> bool:
+        x1, y1, x2, y2 = self.box
+        return x1 <= x <= x2 and y1 <= y <= y2
+
+
+# --- reading a data set -------------------------------------------------------------------------------
+
+
+def _read_items(path: Path, strict: bool = True) -> list[dict]:
+    """The items of one data file. In a folder (`strict` False) a JSON file that holds no items with
+    `img_filename` (a download's metadata, say) is skipped instead of refused."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read the data file {path}: {exc}.") from None
+    try:
+        if path.suffix == ".jsonl":
+            data = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"The data file {path} is not valid JSON ({exc}).") from None
+    is_data = isinstance(data, list) and all(isinstance(d, dict) for d in data)
+    if not strict and not (is_data and any("img_filename" in d for d in data)):
+        return []
+    if not is_data:
+        raise UsageError(f"The data file {path} must hold a list of items (JSON objects).")
+    return data
+
+
+def detect_layout(items: list[dict], path: Path) -> str:
+    """ScreenSpot-Pro when items carry img_size, ui_type or group; ScreenSpot/v2 when they carry
+    data_type or data_source; anything else is refused with a sentence naming the file."""
+    keys = set().union(*(d.keys() for d in items)) if items else set()
+    if keys & {"img_size", "ui_type", "group"}:
+        return LAYOUT_PRO
+    if keys & {"data_type", "data_source"}:
+        return LAYOUT_V2
+    raise UsageError(
+        f"{path} is neither ScreenSpot/v2 (data_type, bbox [x, y, w, h]) nor ScreenSpot-Pro "
+        "(img_size, ui_type, bbox [x1, y1, x2, y2]) data."
+    )
+
+
+def _image_folders(path: Path) -> list[Path]:
+    here = path.parent
+    folders = [here, here / "images", here.parent / "images"]
+    folders += sorted(p for p in here.iterdir() if p.is_dir() and p not in folders)
+    return folders
+
+
+def _find_image(name: str, folders: list[Path]) -> Path | None:
+    for folder in folders:
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _platform(raw: dict, path: Path, layout: str) -> str:
+    if layout == LAYOUT_V2:
+        for split in ("mobile", "desktop", "web"):
+            if split in path.stem.lower():
+                return split
+    return str(raw.get("platform") or raw.get("data_source") or "unknown")
+
+
+def _box(raw: dict, layout: str, where: str) -> tuple[float, float, float, float]:
+    bbox = raw.get("bbox")
+    if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, int | float) for v in bbox)):
+        raise UsageError(f"{where}: bbox must be four numbers, not {bbox!r}.")
+    a, b, c, d = (float(v) for v in bbox)
+    return (a, b, a + c, b + d) if layout == LAYOUT_V2 else (a, b, c, d)
+
+
+def load_dataset(data: str | Path) -> list[Item]:
+    """Every item of the data set at `data` (a file or a folder), with its image found on disk."""
+    root = Path(data)
+    if root.is_dir():
+        files = sorted(
+            p
+            for p in root.rglob("*")
+            if p.suffix in (".json", ".jsonl")
+            and p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(root).parts)
+        )
+        if not files:
+            raise UsageError(f"The folder {root} holds no .json or .jsonl data files.")
+    elif root.is_file():
+        files = [root]
+    else:
+        raise UsageError(f"No such data file or folder: {root}.")
+    items: list[Item] = []
+    for path in files:
+        raw_items = _read_items(path, strict=len(files) == 1)
+        if not raw_items:
+            continue
+        layout = detect_layout(raw_items, path)
+        folders = _image_folders(path)
+        for i, raw in enumerate(raw_items):
+            where = f"{path} item {i + 1}"
+            name, instruction = raw.get("img_filename"), raw.get("instruction")
+            if not isinstance(name, str) or not isinstance(instruction, str) or not instruction.strip():
+                raise UsageError(f"{where} needs img_filename and instruction.")
+            image = _find_image(name, folders)
+            if image is None:
+                raise UsageError(f"{where}: the image {name} is neither beside {path.name} nor in an images/ folder.")
+            splits = {"platform": _platform(raw, path, layout)}
+            kind = raw.get("data_type") or raw.get("ui_type")
+            if kind:
+                splits["type"] = str(kind)
+            if raw.get("group"):
+                splits["group"] = str(raw["group"])
+            item_id = str(raw.get("id") or f"{path.stem}:{i + 1}")
+            items.append(Item(item_id, image, instruction.strip(), _box(raw, layout, where), layout, splits))
+    if not items:
+        raise UsageError(f"The data set {root} has no items.")
+    return items
+
+
+# --- running it ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    item: Item
+    point: tuple[int, int] | None
+    model_point: tuple[float, float] | None
+    hit: bool
+    ms: float
+    reply: str
+    error: str = ""
+
+
+def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) -> list[Outcome]:
+    """Ask for every item in order; each outcome goes to `out/results.jsonl` as soon as it is known."""
+    writer = ResultsWriter(out)
+    outcomes: list[Outcome] = []
+    try:
+        for n, item in enumerate(items, 1):
+            shot = load_image(item.image)
+            reply, ms = ask(engine, shot, item.instruction)
+            try:
+                found = grounded(reply, ms, shot)
+                point, model_point = (found.x, found.y), (found.model_x, found.model_y)
+                outcome = Outcome(item, point, model_point, item.contains(*point), ms, reply)
+            except ParseError as exc:  # a reply without a point is a miss, not the end of the run
+                outcome = Outcome(item, None, None, False, ms, reply, str(exc))
+            outcomes.append(outcome)
+            writer.write(
+                {
+                    "id": item.id,
+                    "point": list(outcome.point) if outcome.point else None,
+                    "hit": outcome.hit,
+                    "ms": round(outcome.ms, 1),
+                    "model_point": list(outcome.model_point) if outcome.model_point else None,
+                    "box": list(item.box),
+                    "instruction": item.instruction,
+                    "image": str(item.image),
+                    **item.splits,
+                    **({"error": outcome.error} if outcome.error else {}),
+                }
+            )
+            if progress is not None and (n % 25 == 0 or n == len(items)):
+                hits = sum(o.hit for o in outcomes)
+                print(f"screenspot: {n}/{len(items)} done, {rate(hits, n)} so far", file=progress, flush=True)
+    finally:
+        writer.close()
+    return outcomes
+
+
+def summarize(outcomes: list[Outcome]) -> list[str]:
+    """The lines printed and put at the top of the report: overall, per split, latency."""
+    hits = sum(o.hit for o in outcomes)
+    layouts = sorted({o.item.layout for o in outcomes})
+    lines = [f"ScreenSpot ({', '.join(layouts)}): accuracy {rate(hits, len(outcomes))}"]
+    by: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    for o in outcomes:
+        for dim, value in o.item.splits.items():
+            by[(dim, value)].append(o.hit)
+        if "type" in o.item.splits:
+            by[("platform/type", f"{o.item.splits['platform']}/{o.item.splits['type']}")].append(o.hit)
+    for (dim, value), marks in sorted(by.items()):
+        lines.append(f"  {dim}={value}: {rate(sum(marks), len(marks))}")
+    lines.append(latency_line([o.ms for o in outcomes]))
+    unanswered = sum(o.point is None for o in outcomes)
+    if unanswered:
+        lines.append(f"{unanswered} replies named no point (counted as misses)")
+    return lines
+
+
+def _draw(outcome: Outcome, path: Path) -> None:
+    from PIL import Image, ImageDraw
+
+    with Image.open(outcome.item.image) as img:
+        img = img.convert("RGB")
+        draw = ImageDraw.Draw(img)
+        width = max(2, img.width // 400)
+        draw.rectangle(outcome.item.box, outline=(0, 170, 0), width=width)
+        if outcome.point:
+            x, y = outcome.point
+            r = max(6, img.width // 120)
+            draw.ellipse((x - r, y - r, x + r, y + r), outline=(220, 0, 0), width=width)
+            draw.line((x - 2 * r, y, x + 2 * r, y), fill=(220, 0, 0), width=width)
+            draw.line((x, y - 2 * r, x, y + 2 * r), fill=(220, 0, 0), width=width)
+        img.thumbnail((800, 800))
+        img.save(path)
+
+
+def write_screenspot_report(out: Path, outcomes: list[Outcome], lines: list[str], seed: int = 0) -> Path:
+    """`report.html`: the figures, a table per item, and a sample of hits and misses drawn on their
+    screenshots (green box: the truth; red cross: the model's point)."""
+    rng = random.Random(seed)
+    hits = [o for o in outcomes if o.hit]
+    misses = [o for o in outcomes if not o.hit]
+    samples = out / "samples"
+    samples.mkdir(exist_ok=True)
+    figures = []
+    for kind, group in (("hit", hits), ("miss", misses)):
+        for i, o in enumerate(rng.sample(group, min(SAMPLES, len(group)))):
+            name = f"{kind}-{i + 1}.png"
+            _draw(o, samples / name)
+            caption = f"{kind}: {o.item.instruction} ({o.item.id})"
+            figures.append(
+                f"<figure><img src='samples/{name}'><figcaption class='{kind}'>{html.escape(caption)}"
+                "</figcaption></figure>"
+            )
+    rows = [(o.item.id, o.item.instruction, "yes" if o.hit else "no", o.point or "-", f"{o.ms:.0f}") for o in outcomes]
+    sections = [
+        ("Hits and misses (green: the element's box, red: the model's point)", "".join(figures) or "none"),
+        ("Items", table(("id", "instruction", "hit", "point", "ms"), rows)),
+    ]
+    return write_report(out, "qvl-agent eval screenspot", lines, sections)
