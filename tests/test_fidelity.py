@@ -22,7 +22,7 @@ from qvl_agent.engine.remote import RemoteEngine
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.grounding import point_in_reply, system_prompt
 from qvl_agent.image import Screenshot
-from qvl_agent.server.protocol import ImageDecoder, parse_chat_request
+from qvl_agent.server.protocol import parse_chat_request
 from tests.support.recording import RecordingExecutor
 
 OFFICIAL = Path(__file__).resolve().parent / "fidelity"
@@ -163,16 +163,18 @@ def test_sampling_follows_the_model_card_only_when_it_samples():
     assert sampling_defaults(0.7) == SAMPLING_RECIPE == {"top_p": 0.8, "top_k": 20, "presence_penalty": 1.5}
     session = RemoteEngine("http://127.0.0.1:9", model="m").open_session()
     session.engine._model = "m"
-    body = session._body("hi", (), GenerationOptions(temperature=0.7, **sampling_defaults(0.7)))
-    assert (body["top_p"], body["top_k"], body["presence_penalty"]) == (0.8, 20, 1.5)
-    greedy = session._body("hi", (), GenerationOptions())
-    assert greedy["temperature"] == 0 and "top_k" not in greedy and "presence_penalty" not in greedy
+    sampled = session.request("hi", (), GenerationOptions(temperature=0.7, **sampling_defaults(0.7)))
+    extra = sampled["extra_body"]
+    assert (sampled["top_p"], extra["top_k"], extra["presence_penalty"]) == (0.8, 20, 1.5)
+    greedy = session.request("hi", (), GenerationOptions())
+    assert greedy["temperature"] == 0 and "top_k" not in greedy.get("extra_body", {})
+    assert "presence_penalty" not in greedy.get("extra_body", {})
 
 
 def test_the_server_fills_in_the_recipe_for_sampled_requests_and_keeps_what_the_client_sets():
     def options(**body):
         body = {"messages": [{"role": "user", "content": "hi"}], **body}
-        return parse_chat_request(json.dumps(body).encode(), ImageDecoder(1_000_000), 64).options
+        return parse_chat_request(json.dumps(body).encode(), 64).options
 
     sampled = options(temperature=0.7)
     assert (sampled.top_p, sampled.top_k, sampled.presence_penalty) == (0.8, 20, 1.5)
