@@ -18,6 +18,7 @@ import html
 import io
 import json
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -30,6 +31,7 @@ from qvl_agent.trace import Trace, read_trace
 REPORT_FILE = "report.html"
 SHOT_WIDTH = 1280  # embedded screenshots are scaled down to this width (the PNG beside the report is raw)
 THUMB_WIDTH = 160
+STEP_PNG = re.compile(r"step-\d{3,}\.png")
 POINTER_KINDS = ("left_click", "right_click", "middle_click", "double_click", "triple_click", "mouse_move")
 
 
@@ -134,7 +136,8 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     failed = _step_failed(step)
     screen = step.get("screen") or {}
     png = step.get("screenshot")
-    path = trace.dir / png if png else None
+    # only the run's own step PNGs: a doctored trace must not pull other files into the page
+    path = trace.dir / png if isinstance(png, str) and STEP_PNG.fullmatch(png) else None
     uri, thumb = (_pictures(path) if path is not None else None) or (None, None)
     width, height = float(screen.get("width") or 0), float(screen.get("height") or 0)
     if uri and width and height:

@@ -4,6 +4,7 @@ and tiny-model engines, on the virtual display (screen tools) and real Chromium 
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import os
@@ -102,8 +103,6 @@ def test_stdio_every_screen_tool_and_every_refusal(x_display, tmp_path):
             shot = await client.call_tool("screenshot", {"monitor": 1})
             image = next(c for c in shot.content if c.type == "image")
             assert image.mime_type == "image/png"
-            import base64
-
             png = Image.open(io.BytesIO(base64.b64decode(image.data)))
             assert png.size == (1920, 1080)  # full resolution: the client decides whether to scale it
             live = capture.grab(monitor=1)

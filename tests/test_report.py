@@ -152,3 +152,33 @@ def test_run_folders_never_collide_and_sort_newest_first(tmp_path):
     assert len(set(made)) == 12
     assert run_dirs(tmp_path) == list(reversed(made))
     assert latest_run(tmp_path) == made[-1]
+
+
+def test_a_crashed_run_on_a_second_monitor_still_gets_a_report(tmp_path):
+    """Markers sit in the screenshot's own pixels (the monitor's offset taken off); a lost PNG and a run
+    that never ended are said plainly, not fatal."""
+    from qvl_agent.image import Screenshot
+    from qvl_agent.report import write_report
+
+    shot = Screenshot(bytes(64 * 48 * 4), 64, 48, "BGRA", left=1920, top=0)
+    writer = TraceWriter(tmp_path / "run")
+    writer.start(task="Crash <b>here</b>", engine="replay", executor="desktop", mode="auto")
+    for step in (1, 2):
+        writer.step(
+            {
+                "step": step,
+                "screenshot": writer.screenshot(step, shot),
+                "screen": {"left": 1920, "top": 0, "width": 64, "height": 48, "scale": 1.0},
+                "reply": "click",
+                "actions": [{"action": "left_click", "coordinate": [500, 500]}],
+                "results": [{"action": "left_click at (500, 500)", "ok": True, "message": "", "pixels": [[1952, 24]]}],
+                "timings": {"capture_ms": 1.0, "model_ms": 2.0, "act_ms": 3.0},
+            }
+        )
+    writer.close()  # no end record: the process died
+    (tmp_path / "run" / "step-002.png").unlink()
+    page = write_report(tmp_path / "run").read_text(encoding="utf-8")
+    assert 'data-action="left_click" data-x="32" data-y="24"' in page
+    assert page.count("<section") == 2 and "screenshot step-002.png is missing" in page
+    assert "did not finish" in page and '<header class="bad">' in page
+    assert "Crash &lt;b&gt;here&lt;/b&gt;" in page and "<b>here</b>" not in page

@@ -8,7 +8,7 @@ the calling model can act on), and returns plain data. `server.py` wraps them as
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from qvl_agent import capture
@@ -33,8 +33,13 @@ class RunOutcome:
     trace_dir: str
     report: str
 
+    @classmethod
+    def of(cls, result, trace_dir: Path) -> RunOutcome:
+        """From the agent's RunResult; writes the run's report."""
+        return cls(result.status, result.message, result.answer, result.steps, str(trace_dir), _report(trace_dir))
+
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return asdict(self)
 
 
 def _text(value: str, what: str, example: str) -> str:
@@ -42,6 +47,11 @@ def _text(value: str, what: str, example: str) -> str:
     if not value:
         raise UsageError(f"The {what} is empty: say what you want, e.g. {example}.")
     return value
+
+
+def _check_steps(max_steps: int) -> None:
+    if max_steps < 1:
+        raise UsageError(f"max_steps must be at least 1, not {max_steps}.")
 
 
 def _report(trace_dir: Path) -> str:
@@ -117,22 +127,24 @@ class ScreenTools:
                 "mode auto is refused: this server was started without --allow-actions, so it may only show "
                 "what it would do (mode dry-run). Restart it with qvl-agent mcp --allow-actions to let it act."
             )
-        if max_steps < 1:
-            raise UsageError(f"max_steps must be at least 1, not {max_steps}.")
+        _check_steps(max_steps)
+        # In auto mode the stop hotkey halts the run; a hotkey that cannot be hooked does not stop it.
         guard = Guard(mode=mode, hotkey=self.settings.hotkeys.stop if mode == "auto" else None)
         desktop = DesktopExecutor(interrupt=guard.switch.check)
         executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop
         with self._lock:
+            trace = None
             try:
                 guard.confine = executor.observe().region  # the first monitor: nothing outside it is touched
-                trace_dir = default_trace_dir()
-                result = self._run(task, executor, guard, trace_dir, max_steps, "computer_use", start_guard=True)
+                trace = TraceWriter(default_trace_dir())
+                guard.start()
+                result = self._agent(executor, guard, trace, max_steps, "computer_use").run(task)
             finally:
                 guard.close()
                 executor.close()
-        return RunOutcome(
-            result.status, result.message, result.answer, result.steps, str(trace_dir), _report(trace_dir)
-        )
+                if trace is not None:
+                    trace.close()
+        return RunOutcome.of(result, trace.dir)
 
     def browse(self, url: str, task: str, max_steps: int = 30) -> tuple[RunOutcome, str]:
         """Carry out `task` on `url` in a fresh headless Chromium; (outcome, the exported Playwright script
@@ -145,56 +157,36 @@ class ScreenTools:
         if not url.startswith(("http://", "https://", "file://")):
             raise UsageError(f"url must start with http://, https:// or file://, not {url!r}.")
         task = _text(task, "task", '"Sign in as demo/demo"')
-        if max_steps < 1:
-            raise UsageError(f"max_steps must be at least 1, not {max_steps}.")
+        _check_steps(max_steps)
         with self._lock:
-            trace_dir = default_trace_dir()
+            trace = TraceWriter(default_trace_dir())
             executor = None
             try:
-                write_dir(trace_dir)
-                write_browser_info(trace_dir, url, VIEWPORT)
+                write_browser_info(trace.dir, url, VIEWPORT)
                 executor = BrowserExecutor(
                     url, browser=self.browser, configured_browser=self.settings.browser, viewport=VIEWPORT
                 )
-                result = self._run(task, executor, Guard(mode="auto"), trace_dir, max_steps, "browser")
-                final = executor.final_state() if result.ok else None
-                write_browser_info(trace_dir, url, VIEWPORT, final)
+                # The run acts only inside its own fresh browser profile, so the guard does not ask.
+                result = self._agent(executor, Guard(mode="auto"), trace, max_steps, "browser").run(task)
+                write_browser_info(trace.dir, url, VIEWPORT, executor.final_state() if result.ok else None)
             finally:
                 if executor is not None:
                     executor.close()
+                trace.close()
         script = ""
         if result.ok:
-            script_path = trace_dir / "script.py"
-            export_trace(trace_dir, script_path)
-            script = script_path.read_text(encoding="utf-8")
-        outcome = RunOutcome(
-            result.status, result.message, result.answer, result.steps, str(trace_dir), _report(trace_dir)
-        )
-        return outcome, script
+            export_trace(trace.dir, trace.dir / "script.py")
+            script = (trace.dir / "script.py").read_text(encoding="utf-8")
+        return RunOutcome.of(result, trace.dir), script
 
-    def _run(self, task, executor, guard, trace_dir: Path, max_steps: int, prompt: str, start_guard: bool = False):
+    def _agent(self, executor, guard, trace: TraceWriter, max_steps: int, prompt: str):
         from qvl_agent.agent import Agent
 
-        trace = TraceWriter(trace_dir)
-        try:
-            if start_guard:
-                guard.start()  # the stop hotkey, when the run may act; a missing one does not stop the run
-            agent = Agent(
-                self.engine, executor, guard, trace, max_steps=max_steps, prompt_name=prompt, options=self._options()
-            )
-            return agent.run(task)
-        finally:
-            trace.close()
+        return Agent(
+            self.engine, executor, guard, trace, max_steps=max_steps, prompt_name=prompt, options=self._options()
+        )
 
     def screenshot(self, monitor: int | None = None) -> tuple[bytes, Screenshot]:
         """The monitor's full-resolution PNG (no engine involved, so no waiting on a run)."""
         shot = self.capture(monitor)
         return shot.to_png(), shot
-
-
-def write_dir(path: Path) -> None:
-    """Create a run folder up front (the browser info is written before the trace's first line)."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"Cannot create the run folder {path}: {exc.strerror or exc}.") from None
