@@ -13,6 +13,7 @@ from qvl_agent.playwright.scripts import extract_script, write_script
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, write_replay
 from tests.pages.server import PageServer
+from tests.support.paths import path_without
 
 pytestmark = [
     pytest.mark.browser,
@@ -154,16 +155,6 @@ with sync_playwright() as p:
 ```"""
 
 
-def _path_without_bubblewrap(tmp_path: Path) -> str:
-    """A PATH holding every program of /usr/bin but bwrap: a machine where bubblewrap is not installed."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for program in Path("/usr/bin").iterdir():
-        if program.name != "bwrap":
-            (bin_dir / program.name).symlink_to(program)
-    return str(bin_dir)
-
-
 def test_a_failed_verification_shows_the_scripts_own_error_and_keeps_the_last_attempt(tmp_path, server):
     wrong = SCRIPT.format(url=server.url, button="Log in")
     replay = write_replay(tmp_path / "replies.json", [wrong, wrong])
@@ -201,7 +192,7 @@ def test_verify_refuses_without_bubblewrap_unless_told_to_run_unsafely(tmp_path,
     env = {
         "QVL_BROWSER": CHROMIUM,
         "QVL_CONFIG_DIR": str(tmp_path / "config"),
-        "PATH": _path_without_bubblewrap(tmp_path),
+        "PATH": path_without("bwrap", tmp_path),
     }
     args = ["playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify"]
     refused = run_cli(*args, "-o", str(tmp_path / "a.py"), "Take a screenshot", env=env, timeout=240)
