@@ -40,6 +40,7 @@ from qvl_agent.engine.base import Engine, GenerationOptions, Session
 from qvl_agent.errors import ActionError, EmergencyStop, GenerationCancelled, ParseError, QvlError
 from qvl_agent.image import GRID, Screenshot
 from qvl_agent.parse import parse_actions
+from qvl_agent.secrets import Secrets
 from qvl_agent.trace import TraceWriter
 
 STATUSES = ("success", "failure", "stopped", "limit", "error")
@@ -101,6 +102,7 @@ class Agent:
         keep_images: int = 2,
         settle_timeout_s: float = 2.0,
         options: GenerationOptions | None = None,
+        secrets: Secrets | None = None,
     ):
         self.engine = engine
         self.executor = executor
@@ -117,6 +119,8 @@ class Agent:
         self.keep_images = max(1, min(keep_images, self.max_images))
         self.settle_timeout_s = settle_timeout_s
         self.options = options or GenerationOptions(max_new_tokens=256)
+        # Typed by the executor, never seen by the model, the trace or the events (`secrets.py`).
+        self.secrets = secrets or Secrets()
         self.session: Session | None = None
         self.rebuilds = 0
         self._without_images: list[str] = []  # per turn of the run: its text once its screenshot is gone
@@ -210,6 +214,9 @@ class Agent:
             "limit", steps=self.max_steps, message=f"The task was not done within {self.max_steps} steps."
         )
         first = self._prompt("_task", task=task)
+        if self.secrets:
+            note = prompts.load("secrets").render(placeholders=", ".join(self.secrets.placeholders()))
+            first = f"{first.rstrip()}\n\n{note}"
         observation = Observation(first, self._prompt("_omitted", said=first))
         retries = 0
         step = 0
@@ -339,17 +346,17 @@ class Agent:
                 result = ActionResult(True, f"waited {action.seconds:g} s")
             else:
                 try:
-                    result = self.executor.execute(action, shot)
+                    result = self.executor.execute(self.secrets.reveal_action(action), shot)
                 except ActionError as exc:
+                    message = self.secrets.mask(str(exc))
+                    points = [list(p) for p in pixels]
                     record["results"].append(
-                        {
-                            "action": A.describe(action),
-                            "ok": False,
-                            "message": str(exc),
-                            "pixels": [list(p) for p in pixels],
-                        }
+                        {"action": A.describe(action), "ok": False, "message": message, "pixels": points}
                     )
+                    if message != str(exc):
+                        raise ActionError(message) from None
                     raise
+                result = ActionResult(result.ok, self.secrets.mask(result.message), self.secrets.mask(result.detail))
             record["results"].append(
                 {
                     "action": A.describe(action),

@@ -32,6 +32,29 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="key for --engine openai:URL (default: $QVL_API_KEY)")
 
 
+def add_secret_args(parser: argparse.ArgumentParser) -> None:
+    """--secret NAME, shared by run and browse."""
+    parser.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a secret the model types as {{NAME}} without seeing it; its value comes from $QVL_SECRET_NAME "
+        "(or a hidden prompt); repeatable",
+    )
+
+
+def secrets_from_args(args: argparse.Namespace):
+    """The values of the run's --secret names (secrets.read_secrets), asking on a terminal when unset."""
+    import getpass
+    import os
+
+    from qvl_agent.secrets import read_secrets
+
+    ask = getpass.getpass if sys.stdin is not None and sys.stdin.isatty() else None
+    return read_secrets(args.secret, os.environ, ask)
+
+
 def task_and_steps(args: argparse.Namespace, example: str) -> str:
     """The task text, after the checks every agent command (run, browse) makes on it and on --max-steps."""
     task = " ".join(args.task).strip()

@@ -16,7 +16,8 @@ QvlError                      base: the CLI prints str(exc) and exits with exc.e
 │   └── OffScreenError        a target outside the captured screen or the allowed region
 ├── EmergencyStop             the person pressed the stop hotkey                   (exit 1)
 ├── TaskFailed                the run ended without success                        (exit 1)
-└── BrowserError              the browser died, the page closed, no browser found  (exit 1)
+├── BrowserError              the browser died, the page closed, no browser found  (exit 1)
+└── SandboxUnavailable        bubblewrap is missing or cannot start a sandbox       (exit 2)
 """
 
 
@@ -88,3 +89,7 @@ class TaskFailed(QvlError):
 
 class BrowserError(QvlError):
     exit_code = 1
+
+
+class SandboxUnavailable(QvlError):
+    exit_code = 2

@@ -7,6 +7,7 @@
                           {"type": "end", "status", "answer", "steps", "message", "finished"}    last
     DIR/step-NNN.png    the screenshot the model looked at in step N
 
+A run folder is private: created 0700, its files 0600 (a trace can show what was on the screen).
 Each step's PNG is written (to a temporary name, then renamed) before its line, and every line is
 flushed and fsync'd, so after a crash every line in trace.jsonl has its PNG. `read_trace` skips a last
 line cut off mid-write. This module knows nothing about engines or executors.
@@ -55,10 +56,13 @@ class TraceWriter:
     def __init__(self, directory: str | os.PathLike):
         self.dir = Path(directory)
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            self.dir.parent.mkdir(parents=True, exist_ok=True)
+            self.dir.mkdir(mode=0o700, exist_ok=True)
+            self.dir.chmod(0o700)
             if (self.dir / TRACE_FILE).exists():
                 raise InputError(f"{self.dir} already holds a trace; give a new or empty folder.")
-            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8")  # held open for the whole run
+            # held open for the whole run
+            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", opener=_private)
         except OSError as exc:
             raise InputError(f"Cannot write a trace to {self.dir}: {exc.strerror or exc}.") from None
 
@@ -74,7 +78,8 @@ class TraceWriter:
         """Write step N's screenshot as step-NNN.png; returns its file name."""
         name = f"step-{step:03d}.png"
         tmp = self.dir / f".{name}.tmp"
-        tmp.write_bytes(shot.to_png())
+        with open(tmp, "wb", opener=_private) as fh:
+            fh.write(shot.to_png())
         tmp.replace(self.dir / name)
         return name
 
@@ -87,6 +92,13 @@ class TraceWriter:
     def close(self) -> None:
         if not self._fh.closed:
             self._fh.close()
+        for path in self.dir.iterdir():  # files others wrote into the run (browser.json, ...)
+            if path.is_file() and not path.is_symlink():
+                path.chmod(0o600)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
 
 
 @dataclass

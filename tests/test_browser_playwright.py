@@ -13,6 +13,7 @@ from qvl_agent.playwright.scripts import extract_script, write_script
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, write_replay
 from tests.pages.server import PageServer
+from tests.support.paths import path_without
 
 pytestmark = [
     pytest.mark.browser,
@@ -139,3 +140,68 @@ def test_without_verify_nothing_runs_and_a_refused_script_is_never_written(tmp_p
     assert refused.returncode == 1
     assert "refused" in refused.stderr and "none was written" in refused.stderr
     assert not (tmp_path / "x.py").exists() and not marker.exists()
+
+
+SHOT = """```python
+import os
+from playwright.sync_api import sync_playwright
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ["QVL_BROWSER"])
+    page = browser.new_page()
+    page.goto("{url}/login.html")
+    page.screenshot(path="login.png")
+    browser.close()
+```"""
+
+
+def test_a_failed_verification_shows_the_scripts_own_error_and_keeps_the_last_attempt(tmp_path, server):
+    wrong = SCRIPT.format(url=server.url, button="Log in")
+    replay = write_replay(tmp_path / "replies.json", [wrong, wrong])
+    out = tmp_path / "login.py"
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "--attempts", "2", "--timeout", "20", "-o", str(out), "Sign in as grace",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    # Playwright's own message (the locator it waited for), not an empty line or a bare timeout.
+    failure = result.stderr.split("attempt 1: running it failed: it exited with status 1:", 1)[1]
+    assert 'name="Log in"' in failure.split("attempt 2")[0]
+    assert "did not finish within" not in result.stderr
+    assert not out.exists()
+    assert (tmp_path / "login.rejected.py").read_text() == extract_script(wrong)
+    assert "login.rejected.py" in result.stderr
+
+
+def test_files_the_verified_script_wrote_are_kept_beside_it(tmp_path, server):
+    replay = write_replay(tmp_path / "replies.json", [SHOT.format(url=server.url)])
+    out = tmp_path / "shot.py"
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "-o", str(out), "Take a screenshot",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "login.png").read_bytes().startswith(b"\x89PNG")
+    assert "login.png" in result.stderr
+
+
+def test_verify_refuses_without_bubblewrap_unless_told_to_run_unsafely(tmp_path, server):
+    replay = write_replay(tmp_path / "replies.json", [SHOT.format(url=server.url)])
+    env = {
+        "QVL_BROWSER": CHROMIUM,
+        "QVL_CONFIG_DIR": str(tmp_path / "config"),
+        "PATH": path_without("bwrap", tmp_path),
+    }
+    args = ["playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify"]
+    refused = run_cli(*args, "-o", str(tmp_path / "a.py"), "Take a screenshot", env=env, timeout=240)
+    assert refused.returncode == 2
+    assert "install the package `bubblewrap`" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "a.py").exists() and not (tmp_path / "login.png").exists()
+
+    unsafe = run_cli(*args, "--unsafe-verify", "-o", str(tmp_path / "b.py"), "Take a screenshot", env=env, timeout=240)
+    assert unsafe.returncode == 0, unsafe.stderr
+    assert "warning" in unsafe.stderr and "your own rights" in unsafe.stderr
+    assert (tmp_path / "login.png").exists()

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli
+from tests.support.paths import path_without
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def test_all_good_on_a_desktop_with_a_tray_and_a_local_model(x_display, tiny_mod
     )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    for name in ("display", "system tray", "gpu", "model", "browser", "hotkeys"):
+    for name in ("display", "system tray", "gpu", "model", "browser", "hotkeys", "script sandbox"):
         assert any(f"  {name}: " in line for line in lines), f"no {name} line in:\n{out.stdout}"
     assert "FAIL" not in out.stdout
     assert f"X11 {x_display}" in out.stdout
@@ -95,3 +96,14 @@ def test_wayland_without_xwayland_fails_with_the_reason(tmp_path, config_env):
     assert out.returncode == 1
     assert "Wayland session without XWayland" in out.stdout
     assert "enable XWayland" in out.stdout
+
+
+def test_a_missing_bubblewrap_is_reported_with_the_package_to_install(tmp_path, config_env):
+    replay = tmp_path / "r.json"
+    replay.write_text("[]")
+    env = {**config_env, "PATH": path_without("bwrap", tmp_path), "DISPLAY": ""}
+    out = run_cli("doctor", "--engine", f"replay:{replay}", env=env)
+    assert out.returncode == 1
+    line = next(line for line in out.stdout.splitlines() if "script sandbox:" in line)
+    assert line.startswith("FAIL") and "bubblewrap" in line
+    assert "fix: apt install bubblewrap" in out.stdout

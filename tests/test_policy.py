@@ -212,8 +212,81 @@ def test_the_browser_comes_only_from_the_environment_or_the_parsed_browser_argum
         "os.environ['QVL_BROWSER']",
         "os.environ.get('QVL_BROWSER')",
         "os.getenv('QVL_BROWSER') or None",
-        "os.environ.get('QVL_BROWSER', os.getenv('CHROME'))",
+        "os.environ.get('QVL_BROWSER', os.getenv('QVL_BROWSER'))",
         "args.browser or os.environ.get('QVL_BROWSER') or None",
     ):
         source = HEADER + PARSER + "args = parser.parse_args()\n" + LAUNCH.format(path=path) + "\n"
         assert verdict(source).ok, (path, verdict(source).reason)
+
+
+@pytest.mark.parametrize(
+    "snippet, reason",
+    [
+        # A module name is that module everywhere: a use above the import, rebinding in a loop or function.
+        ("def f():\n    return os.system('id')\nimport os\nf()", "os.system"),
+        ("import os\nfor os in [None]:\n    pass", "bound to an import and to something else"),
+        ("import time\ndef f(time):\n    return time\n", "bound to an import and to something else"),
+        ("import json as j\nj = __name__", "bound to an import and to something else"),
+        ("import re\nimport os as re", "bound to an import and to something else"),
+        # The launch-flag list reached through a dict or a parameter, then changed.
+        (
+            "A = ['--no-first-run']\ndef g(args):\n    args.append('--single-process')\ng(args=A)\n"
+            "p = None\np.chromium.launch(args=A)",
+            "args=",
+        ),
+        ("A = ['--no-first-run']\nd = dict(args=A)\np = None\np.chromium.launch(args=A)", "args="),
+        (
+            "A = ['--no-first-run']\nclass C:\n    def launch(self, args):\n        args.append('--x')\n"
+            "C().launch(args=A)\np = None\np.chromium.launch(args=A)",
+            "args=",
+        ),
+        # argparse reading files.
+        ("import argparse\nparser = argparse.ArgumentParser('x', None, None, None, [], None, '-', '@')", "keyword"),
+        ("import argparse\nparser = argparse.ArgumentParser(fromfile_prefix_chars='@')", "fromfile_prefix_chars"),
+        ("import argparse\nparser = argparse.ArgumentParser()\nparser.fromfile_prefix_chars = '@'", "setting"),
+        ("x = None\nx.convert_arg_line_to_args = print", "convert_arg_line_to_args"),
+        # Playwright calls that read local files or send traffic elsewhere.
+        ("page = None\npage.on('filechooser', lambda fc: fc.set_files('/etc/passwd'))", "set_files"),
+        ("b = None\nb.new_context(storage_state='/root/state.json')", "storage_state"),
+        ("b = None\nb.new_context(client_certificates=[{'origin': 'x', 'certPath': '/k'}])", "client_certificates"),
+        ("p = None\np.chromium.launch(proxy={'server': 'http://evil:8080'})", "proxy"),
+        ("p = None\nr = p.request.new_context()", ".request"),
+        ("p = None\nr = p.request\nr.new_context()", ".request"),
+        ("c = None\nc.tracing.start(name='../../.bashrc')", "tracing.start"),
+        ("c = None\nc.tracing.start(name=__name__)", "tracing.start"),
+        ("import os\np = None\np.chromium.launch(executable_path=os.environ['SHELL'])", "executable_path"),
+        ("import os\np = None\np.chromium.launch(executable_path=os.getenv('EDITOR'))", "executable_path"),
+        # Writing outside the scratch folder.
+        ("page = None\npage.screenshot(path='/tmp/x.png')", "path="),
+        ("page = None\npage.screenshot(path='../x.png')", "path="),
+        ("page = None\npage.pdf(path='~/x.pdf')", "path="),
+        ("page = None\nname = 'x.png'\npage.screenshot(path=name)", "path="),
+        ("d = None\nd.save_as('x.txt')", "save_as"),
+        # Printing without bound.
+        ("while True:\n    print('x')", "printing inside a loop"),
+        ("import sys\nfor i in range(10):\n    sys.stdout.write('x')", "printing inside a loop"),
+        ("print('x' * 10**9)", "repeating"),
+        ("n = 9\nprint('x' * n)", "repeating"),
+        ("print(10 ** 10 ** 10)", "powers"),
+    ],
+)
+def test_the_classes_that_got_through_are_closed(snippet, reason):
+    full = str(pytest.raises(ScriptRejected, check_script, HEADER + snippet + "\n").value)
+    assert reason in full, full
+    assert full.startswith("Line ") and full.endswith(".") and "\n" not in full
+
+
+def test_screenshots_and_pdfs_to_relative_paths_in_the_scratch_folder_pass():
+    source = HEADER + (
+        "import os\n"
+        "with sync_playwright() as p:\n"
+        "    browser = p.chromium.launch(executable_path=os.environ['QVL_BROWSER'])\n"
+        "    page = browser.new_page()\n"
+        "    page.screenshot(path='shot.png')\n"
+        "    page.screenshot(path='shots/after.png', full_page=True)\n"
+        "    page.pdf(path='page.pdf')\n"
+        "    print(page.request.get('http://127.0.0.1:8000/api').status)\n"
+        "    print('-' * 40)\n"
+        "    browser.close()\n"
+    )
+    assert verdict(source).ok, verdict(source).reason

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
@@ -40,6 +41,7 @@ SYSTEM_CHROMIUMS = (
 DEFAULT_VIEWPORT = (1280, 800)
 ACTION_TIMEOUT_MS = 10_000
 QUIET_MS = 250  # the DOM must be unchanged this long (and no request in flight) to count as settled
+BLOCK_NOTICE_MS = 300  # with --allow-domain: how long an action waits for a navigation it may start
 WHEEL_NOTCH_PX = 100  # Chromium scrolls 100 CSS px per wheel notch
 MAX_SCROLL_NOTCHES = 50
 
@@ -154,6 +156,7 @@ class BrowserExecutor:
         configured_browser: str = "",
         headless: bool = True,
         viewport: tuple[int, int] = DEFAULT_VIEWPORT,
+        allowed_domains: list[str] | tuple[str, ...] = (),
     ):
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
@@ -168,6 +171,11 @@ class BrowserExecutor:
         self._failed_navigation = ""
         self._touched: list[Located] = []
         self._text_before_last_click: str | None = None
+        # --allow-domain: navigations to other hosts are aborted and reported with the next action's result.
+        start_host = urlsplit(url).hostname
+        self.allowed_domains = tuple(allowed_domains) + ((start_host,) if allowed_domains and start_host else ())
+        self._blocked: list[str] = []
+        self._last_url = url
         self._pw = sync_playwright().start()
         try:
             self.executable = find_browser(browser, configured_browser, self._pw.chromium.executable_path)
@@ -183,6 +191,8 @@ class BrowserExecutor:
             self.context.set_default_timeout(ACTION_TIMEOUT_MS)
             self.context.add_init_script(_MUTATION_CLOCK)
             self.context.on("page", self._adopt)
+            if self.allowed_domains:
+                self.context.route("**/*", self._guard_navigation)
             self.page = self.context.new_page()
             self._watch(self.page)
             try:
@@ -231,12 +241,31 @@ class BrowserExecutor:
         except self._error_type:
             pass
 
+    def _guard_navigation(self, route) -> None:
+        request = route.request
+        host = urlsplit(request.url).hostname or ""
+        if (
+            request.is_navigation_request()
+            and request.url.startswith(("http:", "https:"))
+            and not _allowed(host, self.allowed_domains)
+        ):
+            self._blocked.append(host)
+            route.abort("blockedbyclient")
+        else:
+            route.fallback()
+
     def _check_alive(self) -> None:
         if self._page_closed and not self._dead:
             gone = not self.browser.is_connected()
             self._mark_dead(f"The {'browser' if gone else 'page'} closed during the run.")
         if self._dead:
             raise BrowserError(self._dead)
+        if (
+            self.page.url.startswith("chrome-error://")
+            and self.allowed_domains
+            and "BLOCKED_BY_CLIENT" in (self._failed_navigation)
+        ):
+            self._leave_error_page(self._last_url)  # a navigation --allow-domain blocked: not a dead page
         if self.page.url.startswith("chrome-error://"):
             what = self._failed_navigation or "the server did not answer"
             self._mark_dead(f"The page stopped answering: loading {what} failed.")
@@ -285,12 +314,34 @@ class BrowserExecutor:
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         self._check_alive()
         detail: dict = {"url": self.page.url}
+        self._last_url = detail["url"]
         try:
             self._perform(action, shot, detail)
         except self._error_type as exc:
             self._fail(exc)
+        message = "done"
+        if self.allowed_domains:
+            try:
+                self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
+            except self._error_type:
+                pass
+        if self._blocked:
+            hosts = ", ".join(sorted(set(self._blocked)))
+            self._blocked.clear()
+            self._leave_error_page(detail["url"])
+            message += f"; the page tried to open {hosts}, which is not an allowed domain: that was blocked"
         self._check_alive()
-        return ActionResult(True, "done", detail)
+        return ActionResult(True, message, detail)
+
+    def _leave_error_page(self, url: str) -> None:
+        """Chromium shows an error page for a blocked navigation: go back to where the action started."""
+        try:
+            self.page.wait_for_load_state("load", timeout=2000)
+            if self.page.url.startswith("chrome-error://"):
+                self.page.goto(url, wait_until="load")
+                self._failed_navigation = ""
+        except self._error_type:
+            pass
 
     def close(self) -> None:
         for step in (lambda: self.browser.close(), lambda: self._pw.stop()):
@@ -410,6 +461,11 @@ class BrowserExecutor:
                 if len(new_text) == 3:
                     break
         return {"url": self.page.url, "fields": fields[::-1], "new_text": new_text}
+
+
+def _allowed(host: str, domains: tuple[str, ...]) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == d or host.endswith("." + d) for d in domains)
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,12 +1,16 @@
 """`qvl-agent browse`: carry out a task on a web page in Chromium, and compile the run into a script.
 
     qvl-agent browse --url URL [--model ...] [--engine ...] [--export FILE] [--headed]
-                     [--viewport WxH] [--max-steps N] [--trace-dir DIR] [--browser PATH] TASK
+                     [--viewport WxH] [--max-steps N] [--trace-dir DIR] [--browser PATH]
+                     [--secret NAME ...] [--allow-domain HOST ...] TASK
 
 The same agent loop and actions as `run`, carried out by Playwright in a fresh Chromium profile
 (headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each click is
 resolved to a locator and recorded in the trace. With --export FILE a successful run is compiled into a
-standalone Playwright script that replays it without the model (`python FILE`).
+standalone Playwright script that replays it without the model (`python FILE`). --secret NAME: the model
+types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
+--allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
+reported to the model.
 Exit 0 when the model ends with success, 1 on failure, a limit or a browser that died, 2 on bad usage.
 """
 
@@ -18,7 +22,7 @@ from pathlib import Path
 
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
-from qvl_agent.cli import add_engine_args, print_event, print_report, task_and_steps
+from qvl_agent.cli import add_engine_args, add_secret_args, print_event, print_report, secrets_from_args, task_and_steps
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import QvlError, UsageError
@@ -35,6 +39,14 @@ def register(sub) -> None:
     p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps")
     p.add_argument("--trace-dir", metavar="DIR", help="write the run's trace here (default: a new folder)")
     p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    add_secret_args(p)
+    p.add_argument(
+        "--allow-domain",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="allow navigation to HOST and its subdomains only (with the start URL's host); repeatable",
+    )
     p.add_argument("task", nargs="+", metavar="TASK", help="what to do, in words")
     p.set_defaults(func=browse)
 
@@ -46,12 +58,21 @@ def _check_url(url: str) -> str:
     return url
 
 
+def _check_host(host: str) -> str:
+    host = host.strip().lower().rstrip(".")
+    if not host or "/" in host or ":" in host or " " in host:
+        raise UsageError(f"--allow-domain takes a host name such as example.com, not {host!r}.")
+    return host
+
+
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
     from qvl_agent.playwright.export import export_trace, write_browser_info
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
     url = _check_url(args.url)
+    secrets = secrets_from_args(args)
+    allowed = [_check_host(host) for host in args.allow_domain]
     viewport = parse_viewport(args.viewport)
     export = Path(args.export) if args.export else None
     if export is not None and not export.parent.resolve().is_dir():
@@ -69,6 +90,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             configured_browser=settings.browser,
             headless=not args.headed,
             viewport=viewport,
+            allowed_domains=allowed,
         )
         # The run acts only inside its own fresh browser profile, so it does not ask before each action;
         # Ctrl+C in the terminal stops it.
@@ -83,12 +105,13 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 prompt_name="browser",
                 on_event=print_event,
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
+                secrets=secrets,
             )
             result = agent.run(task)
         final = None
         if result.ok:
             try:
-                final = executor.final_state()
+                final = secrets.mask(executor.final_state())
             except QvlError as exc:
                 print(f"qvl-agent: the final page could not be checked: {exc}", file=sys.stderr)
         write_browser_info(trace_dir, url, viewport, final)
@@ -104,6 +127,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     if export is not None:
         if result.ok:
             compiled = export_trace(trace_dir, export)
+            export.chmod(0o700)  # the person's own script: runnable, private
             print(f"qvl-agent: wrote {export}; replay it with: python {export}", file=sys.stderr, flush=True)
             for note in compiled.unexpressed:
                 print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)

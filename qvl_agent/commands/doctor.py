@@ -3,7 +3,8 @@
     qvl-agent doctor [--model ...] [--engine ...] [--device ...]
 
 Checks the display server (and, under Wayland, what works through XWayland), the system tray, the GPU,
-the model, a browser (searched in the same order as the browser executor) and the global-hotkey backend.
+the model, a browser (searched in the same order as the browser executor), the global-hotkey backend and
+bubblewrap (the sandbox of `playwright --verify`).
 Each line is "ok", "note" (works, with a limitation) or "FAIL" followed by how to fix it. Exit 0 when
 nothing failed, 1 otherwise.
 """
@@ -209,12 +210,25 @@ def check_browser(settings: Settings) -> Check:
     return Check("browser", "ok", f"{found} ({origin})")
 
 
+def check_sandbox() -> Check:
+    """bubblewrap, which `playwright --verify` runs model-written scripts in."""
+    from qvl_agent.playwright.sandbox import PACKAGE, bubblewrap_problem
+
+    problem = bubblewrap_problem()
+    if problem is None:
+        return Check("script sandbox", "ok", "bubblewrap starts sandboxes for playwright --verify")
+    level = "fail" if sys.platform.startswith("linux") else "note"
+    return Check("script sandbox", level, f"{problem} playwright --verify refuses to run scripts without it.",
+                 f"apt install {PACKAGE} (or your system's package of that name).")  # fmt: skip
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     display = check_display()
     checks = [display]
     desktop = probe_desktop() if display.level != "fail" else {"error": "no display"}
     checks += [check_tray(desktop), check_gpu(settings), check_model(settings), check_browser(settings)]
     checks.append(check_hotkeys(desktop))
+    checks.append(check_sandbox())
     labels = {"ok": "ok  ", "note": "note", "fail": "FAIL"}
     for c in checks:
         print(f"{labels[c.level]}  {c.name}: {c.detail}")

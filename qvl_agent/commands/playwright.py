@@ -1,14 +1,17 @@
 """`qvl-agent playwright`: the model writes a Playwright script for a task on a page.
 
-    qvl-agent playwright --url URL [-o FILE] [--verify] [--attempts N] [--timeout S]
+    qvl-agent playwright --url URL [-o FILE] [--verify [--unsafe-verify]] [--attempts N] [--timeout S]
                          [--model ...] [--engine ...] [--browser PATH] TASK
 
 The model sees the page's screenshot and its accessibility snapshot and answers with a script. Every
 script passes `playwright.policy.check_script` before anything else happens to it; a refused script goes back
-to the model with the reason. Nothing runs without --verify: with it, the script runs in a subprocess
-(its own fresh headless Chromium, a scratch working folder, a timeout), and when it fails its error goes
-back to the model, at most --attempts times in all. The accepted script goes to FILE (-o) or stdout.
-Exit 0 with a script (verified when asked), 1 when no attempt passed, 2 on bad usage.
+to the model with the reason. Nothing runs without --verify: with it, the script runs inside a bubblewrap
+sandbox (`playwright.sandbox`: its own fresh headless Chromium, a scratch folder, the page's origin as its
+only network peer, a timeout), and when it fails its last error lines go back to the model, at most
+--attempts times in all. Without bubblewrap, --verify refuses unless --unsafe-verify is given. The
+accepted script goes to FILE (-o) or stdout, with the files it wrote beside it; when every attempt failed,
+the last one goes to OUT.rejected.py. Exit 0 with a script (verified when asked), 1 when no attempt
+passed, 2 on bad usage or no sandbox.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pathlib import Path
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
-from qvl_agent.errors import UsageError
-from qvl_agent.playwright.scripts import write_script
+from qvl_agent.errors import SandboxUnavailable, UsageError
+from qvl_agent.playwright import sandbox
+from qvl_agent.playwright.scripts import keep_files, rejected_path, save_script, write_script
 
 
 def register(sub) -> None:
@@ -31,6 +35,11 @@ def register(sub) -> None:
     p.add_argument("--url", required=True, help="the page the script starts on")
     p.add_argument("-o", "--output", metavar="FILE", help="write the script here (default: print it)")
     p.add_argument("--verify", action="store_true", help="run each script in a fresh headless browser")
+    p.add_argument(
+        "--unsafe-verify",
+        action="store_true",
+        help="with --verify: run scripts with your own rights when the bubblewrap sandbox is not available",
+    )
     p.add_argument("--attempts", type=int, default=3, metavar="N", help="scripts to try at most (default 3)")
     p.add_argument("--timeout", type=float, default=60, metavar="S", help="seconds a verification may run")
     p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels")
@@ -52,6 +61,19 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"--attempts must be from 1 to 10, not {args.attempts}.")
     if args.timeout <= 0:
         raise UsageError(f"--timeout must be positive, not {args.timeout:g}.")
+    if args.unsafe_verify and not args.verify:
+        raise UsageError("--unsafe-verify only goes with --verify.")
+    unsafe = False
+    if args.verify:
+        problem = sandbox.bubblewrap_problem()
+        if problem and not args.unsafe_verify:
+            raise SandboxUnavailable(f"--verify runs model-written scripts only inside a sandbox: {problem}")
+        if problem:
+            unsafe = True
+            print(
+                f"qvl-agent: warning: {problem} Scripts will run with your own rights (--unsafe-verify).",
+                file=sys.stderr,
+            )
     viewport = parse_viewport(args.viewport)
     output = Path(args.output) if args.output else None
     if output is not None and not output.parent.resolve().is_dir():
@@ -79,17 +101,26 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
             browser=browser,
             timeout_s=args.timeout,
             options=GenerationOptions(max_new_tokens=max(settings.max_new_tokens, 2048)),
+            unsafe=unsafe,
         )
     for line in outcome.attempts:
         print(f"qvl-agent: {line}", file=sys.stderr, flush=True)
     if not outcome.ok:
-        print(f"qvl-agent: no script passed in {args.attempts} attempts; none was written.", file=sys.stderr)
+        kept = ""
+        if output is not None and outcome.script:
+            rejected = rejected_path(output)
+            rejected.write_text(outcome.script, encoding="utf-8")
+            kept = f" The last attempt is in {rejected}."
+        print(f"qvl-agent: no script passed in {args.attempts} attempts; none was written.{kept}", file=sys.stderr)
         return 1
     if output is None:
         sys.stdout.write(outcome.script)
+        files = keep_files(outcome.files, Path.cwd())
     else:
-        output.write_text(outcome.script, encoding="utf-8")
+        files = save_script(outcome, output)
         print(f"qvl-agent: wrote {output}", file=sys.stderr)
+    for path in files:
+        print(f"qvl-agent: kept {path} (written by the script when it was verified)", file=sys.stderr)
     if not args.verify:
         print("qvl-agent: the script was checked by the policy but not run (use --verify).", file=sys.stderr)
     return 0

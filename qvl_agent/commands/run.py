@@ -1,7 +1,7 @@
 """`qvl-agent run`: carry out a task on the desktop, step by step, with the person in control.
 
     qvl-agent run [--model ...] [--engine ...] [--yes | --dry-run] [--max-steps N]
-                  [--monitor N | --region X,Y,W,H] [--trace-dir DIR] TASK
+                  [--monitor N | --region X,Y,W,H] [--trace-dir DIR] [--secret NAME ...] TASK
 
 By default every action is shown with its pixel coordinates and waits for y/n on the terminal (`--yes`
 runs without asking, `--dry-run` touches nothing). The emergency stop hotkey (default ctrl+alt+Escape)
@@ -20,7 +20,7 @@ from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.capture import list_monitors
-from qvl_agent.cli import add_engine_args, print_event, print_report, task_and_steps
+from qvl_agent.cli import add_engine_args, add_secret_args, print_event, print_report, secrets_from_args, task_and_steps
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
@@ -39,6 +39,7 @@ def register(sub) -> None:
     where.add_argument("--monitor", type=int, metavar="N", help="work on monitor N only (1 = first)")
     where.add_argument("--region", metavar="X,Y,W,H", help="work inside this rectangle only (pixels)")
     p.add_argument("--trace-dir", metavar="DIR", help="write the run's trace here (default: a new folder)")
+    add_secret_args(p)
     p.add_argument("task", nargs="+", metavar="TASK", help="what to do, in words")
     p.set_defaults(func=run)
 
@@ -52,6 +53,7 @@ def _check_monitor(monitor: int) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     task = task_and_steps(args, 'qvl-agent run "Open the settings"')
+    secrets = secrets_from_args(args)
     region = Region.parse(args.region) if args.region else None
     if args.monitor is not None:
         _check_monitor(args.monitor)
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 max_steps=args.max_steps,
                 on_event=print_event,
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
+                secrets=secrets,
             )
             result = agent.run(task)
     finally:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qvl_agent.playwright import secret_refs
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 
 # Chromium flags the exported script passes (the same as the executor's): no network calls of its own.
@@ -375,6 +376,7 @@ def compile_run(
         chromium_args=json.dumps(SCRIPT_CHROMIUM_ARGS),
         body=body,
     )
+    source = secret_refs.read_from_environment(source)  # {{NAME}} -> os.environ["QVL_SECRET_NAME"]
     return Compiled(source, compiler.unexpressed)
 
 

@@ -19,217 +19,19 @@ import ast
 from dataclasses import dataclass
 
 from qvl_agent.errors import InputError
-from qvl_agent.playwright.flags import SAFE_CHROMIUM_ARGS
-
-# module -> the attributes a script may use on it (None: any public attribute). Explicit lists, because
-# modules hold other modules (re.enum.sys, json.decoder.re, datetime.sys) that lead to os.
-ALLOWED_MODULES: dict[str, frozenset[str] | None] = {
-    "playwright.sync_api": frozenset(
-        {
-            "sync_playwright",
-            "expect",
-            "Error",
-            "TimeoutError",
-            "Playwright",
-            "Browser",
-            "BrowserContext",
-            "BrowserType",
-            "Page",
-            "Frame",
-            "FrameLocator",
-            "Locator",
-            "ElementHandle",
-            "JSHandle",
-            "Keyboard",
-            "Mouse",
-            "Touchscreen",
-            "Dialog",
-            "Download",
-            "Request",
-            "Response",
-            "Route",
-            "WebSocket",
-            "ConsoleMessage",
-            "Worker",
-            "APIRequest",
-            "APIRequestContext",
-            "APIResponse",
-            "ViewportSize",
-            "Position",
-            "FloatRect",
-            "Geolocation",
-            "HttpCredentials",
-            "ProxySettings",
-            "Cookie",
-            "FormData",
-        }
-    ),  # fmt: skip
-    "re": frozenset(
-        {
-            "compile",
-            "search",
-            "match",
-            "fullmatch",
-            "findall",
-            "finditer",
-            "sub",
-            "subn",
-            "split",
-            "escape",
-            "error",
-            "Pattern",
-            "Match",
-            "A",
-            "ASCII",
-            "I",
-            "IGNORECASE",
-            "M",
-            "MULTILINE",
-            "S",
-            "DOTALL",
-            "X",
-            "VERBOSE",
-            "U",
-            "UNICODE",
-            "NOFLAG",
-        }
-    ),  # fmt: skip
-    "time": frozenset({"time", "time_ns", "monotonic", "perf_counter", "sleep", "strftime", "localtime", "gmtime"}),
-    "json": frozenset({"loads", "dumps", "JSONDecodeError"}),
-    "math": None,  # a C module of numbers and functions only
-    "string": frozenset(
-        {
-            "ascii_letters",
-            "ascii_lowercase",
-            "ascii_uppercase",
-            "digits",
-            "hexdigits",
-            "octdigits",
-            "punctuation",
-            "printable",
-            "whitespace",
-            "capwords",
-            "Template",
-        }
-    ),  # fmt: skip (Formatter is left out: its get_field reaches any attribute, dunders included)
-    "datetime": frozenset({"datetime", "date", "time", "timedelta", "timezone", "MINYEAR", "MAXYEAR", "UTC"}),
-    "collections": frozenset({"Counter", "OrderedDict", "defaultdict", "deque", "namedtuple", "ChainMap"}),
-    "argparse": frozenset({"ArgumentParser", "SUPPRESS", "REMAINDER", "ArgumentTypeError", "ArgumentError"}),
-    "sys": frozenset({"argv", "exit", "stdout", "stderr", "version_info", "platform"}),
-    "os": frozenset({"environ", "getenv"}),
-}
-# Names that may be used as module.name but not imported bare: they must stay recognisable to the checks
-# below (os.environ is only read, sys.argv only indexed, since `parse_args()` reads it).
-NOT_FROM_IMPORTABLE = frozenset({("os", "environ"), ("sys", "argv")})
-
-FORBIDDEN_NAMES = frozenset(
-    {
-        "eval",
-        "exec",
-        "compile",
-        "__import__",
-        "getattr",
-        "setattr",
-        "delattr",
-        "globals",
-        "locals",
-        "vars",
-        "breakpoint",
-        "input",
-        "memoryview",
-        "help",
-        "__builtins__",
-        "__loader__",
-        "__spec__",
-        "classmethod",
-        "staticmethod",
-        "super",
-        "type",
-        "object",
-        "open",  # scripts read no files: what they read could leave through page.goto
-        "license",
-        "credits",
-        "copyright",
-    }
+from qvl_agent.playwright.policy_rules import (
+    ALLOWED_MODULES,
+    BROWSER_VARIABLE,
+    DANGEROUS_FLAG_PARTS,
+    FORBIDDEN_ATTRIBUTES,
+    FORBIDDEN_KEYWORDS,
+    FORBIDDEN_NAMES,
+    INTERNAL_ATTRIBUTES,
+    NOT_FROM_IMPORTABLE,
+    PARSER_KEYWORDS,
+    REQUEST_METHODS,
+    SAFE_BROWSER_ARGS,
 )
-
-# Playwright methods that write files, read arbitrary local files into the page, or reach beyond the
-# fresh browser the runner starts.
-FORBIDDEN_ATTRIBUTES = frozenset(
-    {
-        "save_as",
-        "set_input_files",
-        "launch_persistent_context",
-        "connect",
-        "connect_over_cdp",
-        "launch_server",
-        "expose_binding",
-        "expose_function",
-        "route_from_har",
-        "storage_state",
-        "start_chunk",
-        "stop_chunk",
-        "write_text",
-        "write_bytes",
-        "unlink",
-        "rmdir",
-        "mkdir",
-        "system",
-        "popen",
-        "spawn",
-        "FileType",
-        "read_text",
-        "read_bytes",
-        "register",  # argparse's type registry would rewrite every argument, --browser included
-        "new_cdp_session",
-        "new_browser_cdp_session",
-    }
-)
-
-# Frames and code objects: gi_frame.f_builtins["eval"] reaches eval without naming it.
-INTERNAL_ATTRIBUTES = frozenset(
-    {
-        "gi_frame",
-        "gi_code",
-        "cr_frame",
-        "cr_code",
-        "ag_frame",
-        "ag_code",
-        "f_globals",
-        "f_locals",
-        "f_builtins",
-        "f_back",
-        "f_code",
-        "tb_frame",
-        "tb_next",
-    }
-)
-
-# Keyword arguments that make Playwright write files or run other programs.
-FORBIDDEN_KEYWORDS = frozenset(
-    {
-        "path",
-        "ignore_default_args",
-        "env",
-        "downloads_path",
-        "traces_dir",
-        "record_video_dir",
-        "record_har_path",
-        "user_data_dir",
-        "firefox_user_prefs",
-        "artifacts_dir",
-        # argparse options that read files or set the --browser value behind the script's back
-        "fromfile_prefix_chars",
-        "prefix_chars",
-        "argument_default",
-        "namespace",
-    }
-)
-
-# Chromium flags that run other programs or load code; refused in any string, wherever it may end up.
-DANGEROUS_FLAG_PARTS = ("cmd-prefix", "-launcher", "subprocess-path", "load-extension", "remote-debugging")
-
-SAFE_BROWSER_ARGS = SAFE_CHROMIUM_ARGS
 
 
 class ScriptRejected(InputError):
@@ -322,7 +124,11 @@ class _Bindings:
 class _Checker(ast.NodeVisitor):
     def __init__(self, names: _Bindings) -> None:
         self.names = names
-        self.module_aliases: dict[str, str] = {}  # local name -> allowed module it is bound to
+        # local name -> the module it is bound to, known before the walk: a use above the import, in a
+        # function or a loop, is checked like any other.
+        self.module_aliases: dict[str, str] = {
+            name: module for name, (module, member) in names.imports.items() if member is None
+        }
 
     def fail(self, node: ast.AST, reason: str) -> None:
         raise ScriptRejected(getattr(node, "lineno", 0), reason)
@@ -336,7 +142,14 @@ class _Checker(ast.NodeVisitor):
             if alias.asname is None and "." in alias.name:
                 # `import playwright.sync_api` binds `playwright`, whose other submodules are off limits.
                 self.fail(node, f"write `from {alias.name} import ...` instead of `import {alias.name}`")
-            self.module_aliases[alias.asname or alias.name] = alias.name
+        self._check_single_binding(node)
+
+    def _check_single_binding(self, node: ast.Import | ast.ImportFrom) -> None:
+        # A name bound to a module (or a module's member) is that and nothing else, anywhere in the script.
+        for alias in node.names:
+            name = alias.asname or alias.name.split(".")[0]
+            if len(self.names.bound.get(name, [])) > 1:
+                self.fail(node, f"the name {name} is bound to an import and to something else; use another name")
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
@@ -351,6 +164,7 @@ class _Checker(ast.NodeVisitor):
                 self.fail(node, f"using {module}.{alias.name} is not allowed")
             if (module, alias.name) in NOT_FROM_IMPORTABLE:
                 self.fail(node, f"write {module}.{alias.name} instead of importing {alias.name}")
+        self._check_single_binding(node)
 
     # --- names and attributes -------------------------------------------------------------------------
 
@@ -377,6 +191,12 @@ class _Checker(ast.NodeVisitor):
             self.fail(node, f".{node.attr} is not allowed ({why})")
         if node.attr in INTERNAL_ATTRIBUTES:
             self.fail(node, f".{node.attr} is not allowed (it reaches the interpreter's frames)")
+        if not isinstance(node.ctx, ast.Load) and node.attr in FORBIDDEN_KEYWORDS:
+            self.fail(node, f"setting .{node.attr} is not allowed (it reads or writes files)")
+        if node.attr == "request":
+            parent = self.names.parents.get(node)
+            if not (isinstance(parent, ast.Attribute) and parent.attr in REQUEST_METHODS):
+                self.fail(node, "use .request only as page.request.get(...), .post(...) and the like")
         if not isinstance(node.ctx, ast.Load) and self._rooted_in_module(node):
             self.fail(node, "changing a module or what it holds is not allowed")
         if module == "os" and node.attr == "environ" and not self._reads_environ(node):
@@ -440,36 +260,83 @@ class _Checker(ast.NodeVisitor):
         for kw in node.keywords:
             if kw.arg is None:
                 self.fail(node, "passing **keyword arguments is not allowed (they hide what is called)")
+            if kw.arg == "path" and self._is_scratch_file(node, kw.value):
+                continue
             if kw.arg in FORBIDDEN_KEYWORDS:
-                why = "it writes or reads files, or changes how the browser starts"
+                why = "it writes or reads files, or changes how the browser starts or where its traffic goes"
+                if kw.arg == "path":
+                    why = "only screenshot(path=...) and pdf(path=...) may write, to a relative path such as 'shot.png'"
                 self.fail(node, f"the argument {kw.arg}= is not allowed ({why})")
             if kw.arg == "args":
                 self._check_browser_args(node, kw.value)
             if kw.arg == "executable_path" and not self._browser_source(kw.value, set()):
                 self.fail(
                     node,
-                    "executable_path must come from --browser or QVL_BROWSER: os.environ[...], "
-                    "os.environ.get(...), os.getenv(...), the parsed --browser argument or None",
+                    "executable_path must come from --browser or QVL_BROWSER: os.environ['QVL_BROWSER'], "
+                    "os.environ.get('QVL_BROWSER'), os.getenv('QVL_BROWSER'), the parsed --browser argument or None",
                 )
             if kw.arg == "dest" and not (isinstance(kw.value, ast.Constant) and kw.value.value != "browser"):
                 self.fail(node, "dest= may only be a fixed name other than browser")
-        if isinstance(node.func, ast.Attribute) and node.func.attr == "set_defaults":
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "set_defaults":
             if any(kw.arg == "browser" for kw in node.keywords):
                 self.fail(node, "set_defaults(browser=...) is not allowed: the browser comes from QVL_BROWSER")
-        if isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+        if isinstance(func, ast.Attribute) and func.attr == "add_argument":
             self._check_add_argument(node)
+        if self.names.is_member(func, "argparse", "ArgumentParser"):
+            # Positional arguments reach fromfile_prefix_chars (an @file reader) and parents.
+            if node.args or any(kw.arg not in PARSER_KEYWORDS for kw in node.keywords):
+                self.fail(node, f"ArgumentParser() takes only these keyword arguments: {', '.join(PARSER_KEYWORDS)}")
+        if isinstance(func, ast.Attribute) and func.attr == "start" and _attr_name(func.value) == "tracing":
+            for kw in node.keywords:
+                if kw.arg == "name" and not _is_plain_file_name(kw.value):
+                    self.fail(node, "tracing.start(name=...) may only be a plain name without folders")
+        if _is_print(func) and self._in_loop(node):
+            self.fail(node, "printing inside a loop is not allowed (its output has no bound); print once after it")
+        self.generic_visit(node)
+
+    def _is_scratch_file(self, call: ast.Call, value: ast.expr) -> bool:
+        """screenshot(path=...) or pdf(path=...) to a relative path inside the scratch folder."""
+        return (
+            isinstance(call.func, ast.Attribute)
+            and call.func.attr in ("screenshot", "pdf")
+            and _is_str(value)
+            and _is_relative_inside(value.value)
+        )
+
+    def _in_loop(self, node: ast.AST) -> bool:
+        parent = self.names.parents.get(node)
+        while parent is not None:
+            if isinstance(parent, ast.While | ast.For | ast.comprehension | ast.ListComp | ast.GeneratorExp):
+                return True
+            parent = self.names.parents.get(parent)
+        return False
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        # "x" * 10**9 builds (and then prints or sends) gigabytes from one line.
+        if isinstance(node.op, ast.Mult | ast.Pow):
+            for one, other in ((node.left, node.right), (node.right, node.left)):
+                sequence = isinstance(one, ast.List | ast.Tuple | ast.JoinedStr) or (
+                    isinstance(one, ast.Constant) and isinstance(one.value, str | bytes)
+                )
+                small = isinstance(other, ast.Constant) and isinstance(other.value, int) and other.value <= 10_000
+                if isinstance(node.op, ast.Mult) and sequence and not small:
+                    self.fail(node, "repeating a string or list is allowed only by a literal count up to 10000")
+            if isinstance(node.op, ast.Pow) and not (
+                isinstance(node.right, ast.Constant) and isinstance(node.right.value, int) and node.right.value <= 64
+            ):
+                self.fail(node, "powers are allowed only with a literal exponent up to 64")
         self.generic_visit(node)
 
     def _check_browser_args(self, node: ast.Call, value: ast.expr) -> None:
-        # Flags such as --renderer-cmd-prefix make Chromium run any program: only known-safe ones pass. A
-        # name counts only when bound once to such a list and never read but as args=, so it cannot change.
+        # Flags such as --renderer-cmd-prefix make Chromium run any program: only known-safe ones pass. A name
+        # counts only when bound once to such a list and read nowhere but as args= of a .launch() call, with
+        # no `launch` of the script's own: then no dict, parameter or alias can reach the list to change it.
         if isinstance(value, ast.Name):
             bound = self.names.value(value.id)
             loads = self.names.loads.get(value.id, [])
-            only_args = all(
-                isinstance(kw := self.names.parents.get(load), ast.keyword) and kw.arg == "args" for load in loads
-            )
-            if bound is not None and _is_safe_arg_list(bound) and only_args:
+            only_launch = all(self._is_launch_args(load) for load in loads)
+            if bound is not None and _is_safe_arg_list(bound) and only_launch and not self._own_launch():
                 return
         elif _is_safe_arg_list(value):
             return
@@ -477,7 +344,27 @@ class _Checker(ast.NodeVisitor):
         self.fail(
             node,
             "args= may only be a literal list of these browser flags, or a name set once to one and used "
-            f"nowhere else: {allowed}",
+            f"nowhere but as launch(args=...): {allowed}",
+        )
+
+    def _is_launch_args(self, load: ast.Name) -> bool:
+        kw = self.names.parents.get(load)
+        call = self.names.parents.get(kw) if isinstance(kw, ast.keyword) else None
+        return (
+            isinstance(kw, ast.keyword)
+            and kw.arg == "args"
+            and isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "launch"
+        )
+
+    def _own_launch(self) -> bool:
+        """Whether the script defines a `launch` of its own, which a launch(args=NAME) call could reach."""
+        if "launch" in self.names.bound:
+            return True
+        return any(
+            isinstance(node, ast.Attribute) and node.attr == "launch" and not isinstance(node.ctx, ast.Load)
+            for node in self.names.parents
         )
 
     def _check_add_argument(self, node: ast.Call) -> None:
@@ -500,7 +387,7 @@ class _Checker(ast.NodeVisitor):
         if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
             return all(self._browser_source(v, seen) for v in value.values)
         if isinstance(value, ast.Subscript):
-            return names.is_member(value.value, "os", "environ") and _is_str(value.slice)
+            return names.is_member(value.value, "os", "environ") and _is_browser_variable(value.slice)
         if isinstance(value, ast.Call):
             func = value.func
             reader = names.is_member(func, "os", "getenv") or (
@@ -510,7 +397,7 @@ class _Checker(ast.NodeVisitor):
                 reader
                 and not value.keywords
                 and 1 <= len(value.args) <= 2
-                and _is_str(value.args[0])
+                and _is_browser_variable(value.args[0])
                 and all(self._browser_source(a, seen) for a in value.args[1:])
             )
         if isinstance(value, ast.Attribute) and value.attr == "browser" and isinstance(value.value, ast.Name):
@@ -549,6 +436,29 @@ class _Checker(ast.NodeVisitor):
 
 def _is_str(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
+
+
+def _is_browser_variable(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == BROWSER_VARIABLE
+
+
+def _is_relative_inside(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return bool(path) and not path.startswith(("/", "~")) and ":" not in path and ".." not in parts and "\0" not in path
+
+
+def _is_plain_file_name(node: ast.expr) -> bool:
+    return _is_str(node) and _is_relative_inside(node.value) and "/" not in node.value and "\\" not in node.value
+
+
+def _attr_name(node: ast.expr) -> str:
+    return node.attr if isinstance(node, ast.Attribute) else ""
+
+
+def _is_print(func: ast.expr) -> bool:
+    return (isinstance(func, ast.Name) and func.id == "print") or (
+        isinstance(func, ast.Attribute) and func.attr == "write"
+    )
 
 
 def _plain_annotation(node: ast.expr) -> bool:

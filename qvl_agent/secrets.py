@@ -1,0 +1,99 @@
+"""Secrets the agent types without the model, the trace or the screen log ever holding their values.
+
+The person names a secret (`--secret PASSWORD`); its value comes from the environment variable
+`QVL_SECRET_PASSWORD`, or a hidden prompt on a terminal. The model is told the placeholder `{{PASSWORD}}`
+and writes it in a `type` action; `reveal_action` swaps the value in right before the executor types it,
+and `mask` turns the value back into the placeholder in everything that comes out of the executor (its
+messages, the details a trace and an exported script are built from, the page's final state). The
+exported script reads `os.environ["QVL_SECRET_PASSWORD"]` (`playwright.secret_refs`).
+
+Standard library only; nothing here reads the environment by itself: callers pass it in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from qvl_agent import actions as A
+from qvl_agent.errors import ActionError, UsageError
+
+PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+ENV_PREFIX = "QVL_SECRET_"
+
+
+def env_name(name: str) -> str:
+    """The environment variable that holds secret `name`'s value."""
+    return ENV_PREFIX + name
+
+
+def placeholder(name: str) -> str:
+    return "{{" + name + "}}"
+
+
+@dataclass(frozen=True)
+class Secrets:
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def placeholders(self) -> list[str]:
+        return [placeholder(name) for name in self.values]
+
+    def reveal(self, text: str) -> str:
+        """`text` with every declared placeholder replaced by its value; an unknown one is the model's error."""
+        if not self.values:
+            return text
+
+        def value(match: re.Match) -> str:
+            name = match.group(1)
+            if name not in self.values:
+                known = ", ".join(self.placeholders())
+                raise ActionError(f"There is no secret {placeholder(name)}; the secrets you can type are {known}.")
+            return self.values[name]
+
+        return PLACEHOLDER.sub(value, text)
+
+    def reveal_action(self, action: A.Action) -> A.Action:
+        """The action the executor runs: a `type` with its placeholders filled in, anything else as it is."""
+        if self.values and isinstance(action, A.Type) and PLACEHOLDER.search(action.text):
+            return dataclasses.replace(action, text=self.reveal(action.text))
+        return action
+
+    def mask(self, data: Any) -> Any:
+        """`data` (text, or dicts and lists of it) with every secret value replaced by its placeholder."""
+        if not self.values:
+            return data
+        if isinstance(data, str):
+            for name, value in sorted(self.values.items(), key=lambda item: -len(item[1])):
+                data = data.replace(value, placeholder(name))
+            return data
+        if isinstance(data, dict):
+            return {self.mask(k): self.mask(v) for k, v in data.items()}
+        if isinstance(data, list | tuple):
+            return type(data)(self.mask(v) for v in data)
+        return data
+
+
+def read_secrets(names: list[str], environ: Mapping[str, str], ask: Callable[[str], str] | None = None) -> Secrets:
+    """The values of `names`: from QVL_SECRET_NAME, else from `ask(prompt)` (a hidden prompt, given only when
+    stdin is a terminal). Raises UsageError (one sentence) for a bad name or a secret with no value."""
+    values: dict[str, str] = {}
+    for name in names:
+        if not _NAME.match(name):
+            raise UsageError(f"--secret takes a name of letters, digits and _, such as PASSWORD, not {name!r}.")
+        value = environ.get(env_name(name))
+        if value is None and ask is not None:
+            value = ask(f"Value of the secret {name} (not shown): ")
+        if not value:
+            raise UsageError(
+                f"The secret {name} has no value: set the environment variable {env_name(name)} "
+                "or run from a terminal to be asked for it."
+            )
+        values[name] = value
+    return Secrets(values)

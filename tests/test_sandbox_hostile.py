@@ -1,0 +1,336 @@
+"""Hostile scripts against the verification sandbox, the policy lint bypassed: each asserts that its effect
+did NOT happen (a canary file unchanged and unread, a listener on another loopback port that received
+nothing, no process outliving the run, the parent's memory bounded). Legitimate scripts against pages
+served on 127.0.0.1 still verify: the target's own port must be reachable while its neighbours are not."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qvl_agent.act.browser import find_browser
+from qvl_agent.playwright import sandbox
+from qvl_agent.playwright.scripts import verify_script
+from tests.pages.server import PageServer
+
+pytestmark = pytest.mark.browser
+
+BROWSER = find_browser()
+HEADER = "import os, sys, socket, subprocess\nfrom playwright.sync_api import sync_playwright, expect\n"
+LAUNCH = 'with sync_playwright() as p:\n    b = p.chromium.launch(executable_path=os.environ["QVL_BROWSER"])\n'
+
+
+class Listener:
+    """A TCP service on another loopback port (IPv4 and IPv6) and an abstract unix socket: records every
+    connection and every byte it gets."""
+
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.v4 = socket.create_server(("127.0.0.1", 0))
+        self.port = self.v4.getsockname()[1]
+        self.v6 = socket.create_server(("::1", self.port), family=socket.AF_INET6)
+        self.abstract_name = f"qvl-test-{uuid.uuid4().hex}"
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind("\0" + self.abstract_name)
+        self.unix.listen()
+        for s in (self.v4, self.v6, self.unix):
+            threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.settimeout(2)
+            try:
+                self.received.append(b"<connected>" + conn.recv(65536))
+            except OSError:
+                self.received.append(b"<connected>")
+            conn.close()
+
+    def close(self) -> None:
+        for s in (self.v4, self.v6, self.unix):
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = PageServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def listener():
+    srv = Listener()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def canary(tmp_path):
+    path = tmp_path / "canary.txt"
+    path.write_text("canary-" + uuid.uuid4().hex)
+    return path
+
+
+def run(source: str, server: PageServer, timeout_s: float = 60):
+    return sandbox.run_sandboxed(
+        source, url=server.url + "/login.html", browser=BROWSER, timeout_s=timeout_s, default_timeout_ms=5000
+    )
+
+
+def test_bubblewrap_is_available_here():
+    assert sandbox.bubblewrap_problem() is None
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+def test_files_outside_the_scratch_folder_are_neither_read_nor_written(server, canary, tmp_path):
+    secret = canary.read_text()
+    host_tmp_marker = Path("/tmp") / f"qvl-hostile-{uuid.uuid4().hex}"
+    script = HEADER + (
+        f"for path in [{str(canary)!r}, '/etc/shadow', '/root/.bashrc', '/proc/1/environ']:\n"
+        "    try:\n"
+        "        print(path, open(path).read())\n"
+        "    except OSError as exc:\n"
+        "        print(path, 'unreadable', type(exc).__name__)\n"
+        f"for path in [{str(canary)!r}, {str(tmp_path / 'new.txt')!r}, {str(host_tmp_marker)!r}, '/usr/pwned']:\n"
+        "    try:\n"
+        "        open(path, 'w').write('pwned')\n"
+        "    except OSError as exc:\n"
+        "        print(path, 'unwritable', type(exc).__name__)\n"
+        "print(sorted(os.listdir('/')))\n"
+    )
+    result = run(script, server)
+    assert secret not in result.output
+    assert canary.read_text() == secret
+    assert not (tmp_path / "new.txt").exists()
+    assert not host_tmp_marker.exists()
+    assert not Path("/usr/pwned").exists()
+    assert "home" not in result.output.split("[")[-1]  # no home folder in the sandbox's root
+
+
+def test_a_symlink_in_the_scratch_folder_does_not_carry_a_file_out(server, canary):
+    script = HEADER + f"os.symlink({str(canary)!r}, 'shot.png')\nos.symlink('/etc/hostname', 'host.txt')\n"
+    result = run(script, server)
+    assert result.returncode == 0, result.output
+    assert "shot.png" not in result.files and "host.txt" not in result.files
+    assert all(canary.read_text().encode() not in data for data in result.files.values())
+
+
+def test_shell_commands_run_only_inside_and_leave_nothing_outside(server, tmp_path):
+    marker = tmp_path / "command-ran"
+    script = HEADER + (
+        f"os.system('touch {marker}')\n"
+        f"subprocess.run(['sh', '-c', 'echo pwned > {marker}'])\n"
+        "print(subprocess.run(['id'], capture_output=True, text=True).stdout)\n"
+    )
+    run(script, server)
+    assert not marker.exists()
+
+
+def test_chromium_flags_that_run_programs_stay_inside(server, tmp_path):
+    marker = tmp_path / "flag-ran"
+    script = HEADER + (
+        "with sync_playwright() as p:\n"
+        "    b = p.chromium.launch(executable_path=os.environ['QVL_BROWSER'], "
+        f"args=['--renderer-cmd-prefix=sh -c \"touch {marker}\"', '--utility-cmd-prefix=touch {marker}'])\n"
+        "    page = b.new_page()\n"
+        "    try:\n"
+        "        page.goto(os.environ.get('URL', 'about:blank'))\n"
+        "    except Exception as exc:\n"
+        "        print(exc)\n"
+        "    b.close()\n"
+    )
+    run(script, server)
+    assert not marker.exists()
+
+
+def test_the_parent_environment_does_not_leak_in(server, monkeypatch):
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    monkeypatch.setenv("QVL_SECRET_API_KEY", secret)
+    script = HEADER + (
+        "print(dict(os.environ))\n"
+        "import glob\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n"
+        "        print(open(path, 'rb').read())\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    result = run(script, server)
+    assert result.returncode == 0, result.output
+    assert secret not in result.output and "QVL_BROWSER" in result.output
+
+
+# --- network ------------------------------------------------------------------------------------------
+
+
+def test_raw_sockets_reach_no_other_loopback_port_no_abstract_socket_and_no_outside_host(server, listener):
+    script = HEADER + (
+        f"for family, address in [(socket.AF_INET, ('127.0.0.1', {listener.port})), "
+        f"(socket.AF_INET6, ('::1', {listener.port})), (socket.AF_UNIX, '\\0{listener.abstract_name}'), "
+        "(socket.AF_INET, ('1.1.1.1', 80)), (socket.AF_INET, ('169.254.169.254', 80))]:\n"
+        "    s = socket.socket(family, socket.SOCK_STREAM)\n"
+        "    s.settimeout(3)\n"
+        "    try:\n"
+        "        s.connect(address)\n"
+        "        s.sendall(b'LEAK')\n"
+        "        print('connected', address)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', address, exc)\n"
+        f"socket.create_connection(('127.0.0.1', {server.port})).close()\n"  # the target itself is reachable
+        "print('target reachable')\n"
+    )
+    result = run(script, server)
+    assert listener.received == []
+    assert "target reachable" in result.output, result.output
+    assert "connected" not in result.output
+
+
+def test_the_browser_reaches_the_target_but_no_other_port_proxy_or_api_client(server, listener):
+    other = f"http://127.0.0.1:{listener.port}"
+    script = HEADER + (
+        "with sync_playwright() as p:\n"
+        f"    b = p.chromium.launch(executable_path=os.environ['QVL_BROWSER'], proxy={{'server': {other!r}}})\n"
+        "    page = b.new_page()\n"
+        "    for url in [" + f"{other + '/goto'!r}, 'http://localhost:{listener.port}/', 'http://example.com/'" + "]:\n"
+        "        try:\n"
+        "            page.goto(url, timeout=3000)\n"
+        "        except Exception as exc:\n"
+        "            print('blocked', url)\n"
+        "    b.close()\n"
+        "    b = p.chromium.launch(executable_path=os.environ['QVL_BROWSER'])\n"
+        "    page = b.new_page()\n"
+        f"    page.goto({server.url + '/login.html'!r})\n"
+        f"    print(page.evaluate(\"fetch('{other}/fetch').then(() => 'ok', () => 'fetch blocked')\"))\n"
+        "    try:\n"
+        f"        page.request.get({other + '/api'!r}, timeout=3000)\n"
+        "    except Exception:\n"
+        "        print('api blocked')\n"
+        "    expect(page.get_by_role('heading')).to_have_text('Sign in to Acme')\n"
+        "    print('target reached')\n"
+        "    b.close()\n"
+    )
+    result = run(script, server)
+    assert listener.received == []
+    assert "target reached" in result.output, result.output
+    assert "fetch blocked" in result.output and "api blocked" in result.output
+
+
+# --- processes and resources --------------------------------------------------------------------------
+
+
+def _processes_with(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_no_process_outlives_the_timeout(server):
+    token = "qvl-hostile-" + uuid.uuid4().hex
+    script = HEADER + (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', {token!r}], start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(600)', {token!r}])\n"
+        "    os._exit(0)\n"
+        "with sync_playwright() as p:\n"
+        "    b = p.chromium.launch(executable_path=os.environ['QVL_BROWSER'])\n"
+        "    print('waiting', flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    result = run(script, server, timeout_s=8)
+    assert result.returncode is None  # the timeout ended it
+    assert "waiting" in result.output
+    assert _processes_with(token) == []
+
+
+def test_a_process_of_the_host_cannot_be_signalled(server):
+    victim = subprocess.Popen(["sleep", "120"])
+    try:
+        script = (
+            HEADER
+            + f"import signal\ntry:\n    os.kill({victim.pid}, signal.SIGKILL)\nexcept OSError as e:\n    print(e)\n"
+        )
+        run(script, server)
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def _peak_rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_endless_output_and_a_memory_blow_up_leave_the_parent_bounded(server):
+    before = _peak_rss_kib()
+    flood = run(HEADER + "chunk = 'x' * (1 << 20)\nwhile True:\n    sys.stdout.write(chunk)\n", server)
+    hog = run(HEADER + "blocks = []\nwhile True:\n    blocks.append(bytearray(256 << 20))\n", server)
+    assert _peak_rss_kib() - before < 64 * 1024  # the parent read back only the output's tail
+    assert flood.returncode != 0 and len(flood.output) <= sandbox.OUTPUT_TAIL_BYTES
+    assert hog.returncode != 0 and "MemoryError" in hog.output
+
+
+# --- legitimate scripts still verify ------------------------------------------------------------------
+
+LOGIN = (
+    HEADER
+    + LAUNCH
+    + (
+        "    page = b.new_page()\n"
+        "    page.goto('{url}/login.html')\n"
+        "    page.get_by_label('Username').fill('grace')\n"
+        "    page.get_by_label('Password').fill('hopper')\n"
+        "    page.get_by_role('button', name='{button}').click()\n"
+        "    expect(page.get_by_role('heading')).to_have_text('Welcome, grace')\n"
+        "    page.screenshot(path='shots/welcome.png')\n"
+        "    page.pdf(path='welcome.pdf')\n"
+        "    b.close()\n"
+    )
+)
+
+
+def test_a_legitimate_script_fills_a_form_and_its_files_come_back(server):
+    server.clear()
+    result = verify_script(LOGIN.format(url=server.url, button="Sign in"), server.url + "/login.html", BROWSER, 60)
+    assert result.ok, result.error
+    assert server.records("login") == [{"username": "grace", "password": "hopper"}]
+    assert result.files["shots/welcome.png"].startswith(b"\x89PNG")
+    assert result.files["welcome.pdf"].startswith(b"%PDF")
+
+
+def test_a_wrong_locator_fails_with_playwrights_message_before_a_short_timeout(server):
+    result = verify_script(LOGIN.format(url=server.url, button="Log in"), server.url + "/login.html", BROWSER, 12)
+    assert not result.ok
+    assert "did not finish" not in result.error
+    assert "Log in" in result.error and "Timeout" in result.error  # the locator Playwright waited for
+    assert "/sandbox/init.py" not in result.error and "runpy" not in result.error
+
+
+def test_the_sandbox_runs_as_a_separate_python(server):
+    # Sanity for the rest: the interpreter inside is this one, so the scripts above ran what they say.
+    result = run(HEADER + "print(sys.version)\n", server)
+    assert result.returncode == 0 and sys.version.split()[0] in result.output

@@ -1,0 +1,143 @@
+"""Secrets never land on disk: the model writes {{NAME}}, the browser gets the value, and no file of the run,
+no line of output and no exported script holds it. Run folders are private. --allow-domain blocks and
+reports navigation to other hosts. Real Chromium, a real form on 127.0.0.1, a replayed model."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qvl_agent import actions as A
+from qvl_agent.act.browser import find_browser
+from qvl_agent.errors import ActionError, UsageError
+from qvl_agent.playwright.secret_refs import read_from_environment
+from qvl_agent.secrets import Secrets, read_secrets
+from qvl_agent.trace import read_trace
+from tests.conftest import run_cli
+from tests.pages.helpers import call, click_at, element_centres, write_replay
+from tests.pages.server import PageServer
+
+
+@pytest.fixture
+def server():
+    srv = PageServer().start()
+    yield srv
+    srv.stop()
+
+
+def test_placeholders_are_revealed_for_the_executor_and_values_masked_everywhere_else():
+    secrets = Secrets({"PASSWORD": "hunter2", "USER": "grace"})
+    typed = secrets.reveal_action(A.Type("{{USER}}:{{PASSWORD}}"))
+    assert typed == A.Type("grace:hunter2")
+    assert secrets.reveal_action(A.Type("plain")) == A.Type("plain")
+    assert secrets.mask({"message": "type 'grace:hunter2'", "after": ["hunter2", 3]}) == {
+        "message": "type '{{USER}}:{{PASSWORD}}'",
+        "after": ["{{PASSWORD}}", 3],
+    }
+    with pytest.raises(ActionError, match=r"no secret \{\{TOKEN\}\}; the secrets you can type are"):
+        secrets.reveal("{{TOKEN}}")
+
+
+def test_values_come_from_the_environment_or_a_prompt_and_a_missing_one_is_one_sentence():
+    assert read_secrets(["PASSWORD"], {"QVL_SECRET_PASSWORD": "x1"}).values == {"PASSWORD": "x1"}
+    asked = read_secrets(["PIN"], {}, ask=lambda prompt: "1234" if "PIN" in prompt else "")
+    assert asked.values == {"PIN": "1234"}
+    with pytest.raises(UsageError, match="set the environment variable QVL_SECRET_PIN"):
+        read_secrets(["PIN"], {})
+    with pytest.raises(UsageError, match="letters, digits and _"):
+        read_secrets(["my-pin"], {"QVL_SECRET_my-pin": "1"})
+
+
+def test_an_exported_literal_with_a_placeholder_reads_the_environment():
+    source = 'import os\nx.fill("{{PASSWORD}}")\ny = "id {{USER}}!"\nz = "plain"\n'
+    out = read_from_environment(source)
+    assert 'x.fill(os.environ["QVL_SECRET_PASSWORD"])' in out
+    assert "('id ' + os.environ[\"QVL_SECRET_USER\"] + '!')" in out and 'z = "plain"' in out
+
+
+def _browse(tmp_path, url, replies, *extra, env=None):
+    replay = write_replay(tmp_path / "replies.json", replies)
+    return run_cli(
+        "browse", "--url", url, "--engine", f"replay:{replay}", "--trace-dir", str(tmp_path / "run"), *extra,
+        "Sign in", env={"QVL_CONFIG_DIR": str(tmp_path / "config"), **(env or {})}, timeout=180,
+    )  # fmt: skip
+
+
+def test_a_password_typed_into_a_real_form_never_lands_in_any_file_of_the_run(tmp_path, server):
+    password = "pw-" + uuid.uuid4().hex
+    url = server.url + "/login.html"
+    at = element_centres(url, ["#username", "#password", "button"])
+    replies = [
+        click_at(at["#username"]),
+        call(action="type", text="grace"),
+        click_at(at["#password"]),
+        call(action="type", text="{{PASSWORD}}"),
+        click_at(at["button"]),
+        call(action="terminate", status="success"),
+    ]
+    script = tmp_path / "signin.py"
+    result = _browse(
+        tmp_path, url, replies, "--secret", "PASSWORD", "--export", str(script),
+        env={"QVL_SECRET_PASSWORD": password},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert server.records("login") == [{"username": "grace", "password": password}]  # the value was typed
+
+    run_dir = tmp_path / "run"
+    files = [p for p in run_dir.rglob("*") if p.is_file()] + [script]
+    assert len(files) >= 5  # trace, screenshots, browser info, the script
+    for path in files:
+        assert password.encode() not in path.read_bytes(), path
+    assert password not in result.stdout and password not in result.stderr
+    assert "{{PASSWORD}}" in (run_dir / "trace.jsonl").read_text()
+    assert 'os.environ["QVL_SECRET_PASSWORD"]' in script.read_text()
+    # The model was told the placeholder, never the value.
+    first = read_trace(run_dir).steps[0]["observation"]
+    assert "{{PASSWORD}}" in first and password not in first
+
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in run_dir.iterdir())
+    assert stat.S_IMODE(script.stat().st_mode) & 0o077 == 0
+
+    # The exported script types the secret from the environment when replayed.
+    server.clear()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(QVL_SECRET_PASSWORD=password, QVL_BROWSER=find_browser())
+    replayed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert server.records("login") == [{"username": "grace", "password": password}]
+
+
+def test_a_secret_without_a_value_stops_before_anything_runs(tmp_path, server):
+    result = _browse(tmp_path, server.url + "/login.html", [call(action="terminate", status="success")],
+                     "--secret", "PASSWORD")  # fmt: skip
+    assert result.returncode == 2
+    assert "QVL_SECRET_PASSWORD" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_navigation_off_the_allowed_domains_is_blocked_and_told_to_the_model(tmp_path, server):
+    url = server.url + "/away.html"
+    at = element_centres(url, ["#away", "#home"])
+    replies = [
+        click_at(at["#away"]),  # http://localhost:PORT/help.html: the same server, another host name
+        click_at(at["#home"]),  # /help.html on 127.0.0.1: allowed
+        call(action="terminate", status="success"),
+    ]
+    result = _browse(tmp_path, url, replies, "--allow-domain", "example.org")
+    assert result.returncode == 0, result.stderr
+    steps = read_trace(tmp_path / "run").steps
+    assert "localhost, which is not an allowed domain: that was blocked" in steps[0]["results"][0]["message"]
+    assert "not an allowed domain" in steps[1]["observation"]  # what the model read next
+    assert steps[1]["results"][0]["detail"]["url"].startswith(server.url + "/away.html")  # it stayed
+    assert "not an allowed domain" not in steps[1]["results"][0]["message"]
+    assert read_trace(tmp_path / "run").steps[-1]["screenshot"]
+    assert Path(tmp_path / "run" / "browser.json").exists()
