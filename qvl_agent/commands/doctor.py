@@ -40,10 +40,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _wayland() -> bool:
-    return bool(os.environ.get("WAYLAND_DISPLAY")) or os.environ.get("XDG_SESSION_TYPE") == "wayland"
-
-
 XWAYLAND_NOTE = (
     "Wayland session with XWayland: screen capture and clicks go through XWayland, so native Wayland "
     "windows may capture black or ignore synthetic input on some desktops, and global hotkeys fire only "
@@ -54,7 +50,7 @@ XWAYLAND_NOTE = (
 def check_display() -> Check:
     problem = capture.display_problem()
     if problem:
-        if _wayland():
+        if capture.display_kind() == "wayland":
             fix = "enable XWayland (it provides DISPLAY), or log in to an X11 session."
         else:
             fix = "run inside a desktop session, or start a virtual one: Xvfb :99 & export DISPLAY=:99"
@@ -64,8 +60,8 @@ def check_display() -> Check:
     except Exception as exc:  # CaptureError, or an Xlib error from a display that went away
         return Check("display", "fail", str(exc), "check that DISPLAY names a running X server you may use.")
     sizes = ", ".join(f"{m.width}x{m.height}" for m in monitors)
-    where = f"X11 {os.environ['DISPLAY']}" if os.environ.get("DISPLAY") else sys.platform
-    if sys.platform.startswith("linux") and _wayland():
+    where = capture.display_name()
+    if capture.display_kind() == "xwayland":
         return Check("display", "note", f"{XWAYLAND_NOTE} Monitors: {sizes}.",
                      "for full control log in to an X11 session; otherwise prefer X11 apps.")  # fmt: skip
     return Check("display", "ok", f"{where}, {len(monitors)} monitor(s): {sizes}")
@@ -109,7 +105,7 @@ def check_hotkeys(desktop: dict) -> Check:
     if "error" in desktop:
         return Check("hotkeys", "fail", "not checked: " + desktop["error"], "fix the display first.")
     error = desktop.get("hotkeys_error", "")
-    if sys.platform.startswith("linux") and _wayland():
+    if capture.display_kind() == "xwayland":
         return Check(
             "hotkeys",
             "note",
@@ -123,7 +119,7 @@ def check_hotkeys(desktop: dict) -> Check:
             error,
             "on X11 the server needs the RECORD extension; on macOS allow Accessibility access.",
         )
-    return Check("hotkeys", "ok", "pynput global hotkeys work (X11)" if os.environ.get("DISPLAY") else "pynput")
+    return Check("hotkeys", "ok", "pynput global hotkeys work (X11)" if capture.display_kind() == "x11" else "pynput")
 
 
 def check_gpu(settings: Settings) -> Check:
