@@ -94,6 +94,45 @@ class StopSwitch:
             self.reason = ""
 
 
+READY_TIMEOUT_S = 5.0  # pynput's listener is live within milliseconds; past this it never will be
+
+
+def start_hotkeys(mapping: dict[str, Callable[[], None]]):
+    """A started pynput `GlobalHotKeys` for `mapping` ({"<ctrl>+<alt>+<esc>": callback}), listening once
+    this returns. RuntimeError with a readable reason when global hotkeys cannot work here: no display or
+    backend, an X server without the RECORD extension, a hotkey pynput cannot parse. pynput reports a
+    failure only by its thread dying (its own `wait()` then blocks forever), so the thread is watched."""
+    try:
+        from pynput import keyboard  # imported here: importing pynput without a display raises
+
+        listener = keyboard.GlobalHotKeys(mapping)
+    except ValueError as exc:
+        raise RuntimeError(f"a hotkey cannot be used ({exc})") from None
+    except Exception as exc:  # ImportError, or Xlib's errors without a display
+        raise RuntimeError(f"global hotkeys are not available here ({exc})") from None
+    failure: list[Exception] = []
+    run = listener.run
+
+    def run_and_catch() -> None:
+        try:
+            run()
+        except Exception as exc:  # kept for the message instead of a traceback on stderr
+            failure.append(exc)
+
+    listener.run = run_and_catch
+    listener.daemon = True
+    listener.start()
+    waiter = threading.Thread(target=listener.wait, daemon=True)
+    waiter.start()
+    waiter.join(READY_TIMEOUT_S)
+    if waiter.is_alive() or failure:  # no listener.stop(): it too waits for a ready that never comes
+        why = str(failure[0]) if failure else f"the listener did not start within {READY_TIMEOUT_S:g} s"
+        if "record" in why.lower():
+            why = "the X server has no RECORD extension"
+        raise RuntimeError(f"global hotkeys are not available here ({why})")
+    return listener
+
+
 class HotkeyListener:
     """A global hotkey (pynput GlobalHotKeys syntax, e.g. "<ctrl>+<alt>+<esc>") that sets a StopSwitch."""
 
@@ -104,18 +143,8 @@ class HotkeyListener:
 
     def start(self) -> None:
         """Start listening; raises RuntimeError with a readable reason when global hotkeys are unavailable."""
-        try:
-            from pynput import keyboard
-
-            self._listener = keyboard.GlobalHotKeys(
-                {self.hotkey: lambda: self.switch.stop(f"The emergency stop hotkey {self.hotkey} was pressed.")}
-            )
-            self._listener.start()
-            self._listener.wait()  # the X11 recording context is live once this returns
-        except ValueError as exc:
-            raise RuntimeError(f"the hotkey {self.hotkey!r} cannot be used ({exc})") from None
-        except Exception as exc:  # pynput raises Xlib errors or ImportError without a display
-            raise RuntimeError(f"global hotkeys are not available here ({exc})") from None
+        message = f"The emergency stop hotkey {self.hotkey} was pressed."
+        self._listener = start_hotkeys({self.hotkey: lambda: self.switch.stop(message)})
 
     def close(self) -> None:
         if self._listener is not None:

@@ -81,8 +81,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             guard.confine = first.region  # --monitor N confines actions to that monitor
         problem = guard.start()
         if problem and mode == "auto":
-            raise UsageError(f"{problem} --yes runs only with a working emergency stop: fix [hotkeys] stop "
-                             "in the settings, or run without --yes to confirm each action.")  # fmt: skip
+            raise UsageError(f"{problem} --yes runs only with a working emergency stop: run without --yes "
+                             "to confirm each action.")  # fmt: skip
         if dry:
             print("qvl-agent: DRY RUN: nothing will be clicked or typed; each action is only shown.",
                   file=sys.stderr, flush=True)  # fmt: skip

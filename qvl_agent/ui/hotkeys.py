@@ -11,6 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, Signal
 
 from qvl_agent import capture
+from qvl_agent.act.guard import start_hotkeys
 from qvl_agent.config import Hotkeys, check_hotkey, check_hotkeys  # noqa: F401  (the syntax is a setting's)
 
 
@@ -42,10 +43,6 @@ class HotkeyListener(QObject):
     def start(self) -> str | None:
         """Start listening; returns why hotkeys are unavailable, or None when they work."""
         self.stop_listening()
-        try:
-            from pynput import keyboard  # lazily: importing pynput without a display raises
-        except Exception as exc:
-            return f"Global hotkeys are unavailable: {exc}."
         # Signals emitted from pynput's thread are queued to the GUI thread by Qt.
         mapping = {
             self.hotkeys.ask: self.ask.emit,
@@ -53,11 +50,8 @@ class HotkeyListener(QObject):
             self.hotkeys.stop: self.stop.emit,
         }
         try:
-            self._listener = keyboard.GlobalHotKeys(mapping)
-            self._listener.daemon = True
-            self._listener.start()
-            self._listener.wait()
-        except Exception as exc:
+            self._listener = start_hotkeys(mapping)
+        except RuntimeError as exc:
             self._listener = None
             return f"Global hotkeys could not be registered: {exc}."
         return None
