@@ -25,7 +25,9 @@ def form(x_display, tmp_path):
 
 def test_with_yes_the_stop_chord_from_the_model_is_refused_and_the_run_goes_on(form, tmp_path):
     # If ctrl+alt+Escape were pressed, the run's own emergency stop would end it as "stopped".
-    engine = replay(tmp_path, [call(action="key", keys=["ctrl", "alt", "esc"]), call(action="terminate", status="success")])
+    engine = replay(
+        tmp_path, [call(action="key", keys=["ctrl", "alt", "esc"]), call(action="terminate", status="success")]
+    )
     done = run_cli("run", "--engine", engine, "--yes", "--trace-dir", str(tmp_path / "t"), "Go", input="")
     assert done.returncode == 0, done.stderr
     assert "WARNING: a system key combination" in done.stderr and "Do it? [y/N]" in done.stderr
