@@ -31,6 +31,13 @@ from qvl_agent.errors import ConfigError
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 SAFETY_MODES = ("confirm", "auto", "dry-run")
+
+
+def download_command(model: str) -> str:
+    """The command that fetches a model into a folder (huggingface_hub's `hf`; `huggingface-cli` is gone)."""
+    return f"hf download {model} --local-dir DIR"
+
+
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
 
 # --- hotkey syntax (pynput's GlobalHotKeys), checked without importing pynput -------------------------

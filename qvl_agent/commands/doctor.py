@@ -20,9 +20,10 @@ from pathlib import Path
 
 from qvl_agent import capture
 from qvl_agent.cli import add_engine_args
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, download_command
 
 PROBE_TIMEOUT_S = 30
+REMOTE_TIMEOUT_S = 5  # a model server that takes longer to list its models is as good as down
 
 
 @dataclass(frozen=True)
@@ -152,10 +153,13 @@ def check_model(settings: Settings) -> Check:
             return Check("model", "ok", f"replay engine {path}: no model needed")
         return Check("model", "fail", f"the replay file {path} does not exist.", "pass an existing JSON file.")
     if settings.engine.startswith("openai:"):
-        return Check("model", "ok", f"remote engine {settings.engine.removeprefix('openai:')}: no local model")
+        return check_remote(settings)
+    if settings.engine != "local":
+        return Check("model", "fail", f"unknown engine {settings.engine!r}.",
+                     "use --engine local, replay:FILE or openai:URL (or fix engine in the settings).")  # fmt: skip
     model = settings.model
     path = Path(model).expanduser()
-    download = f"huggingface-cli download {model} --local-dir DIR, then set model to DIR"
+    download = f"{download_command(model)}, then set model to DIR"
     if path.is_dir() or model.startswith((".", "/", "~")):
         if not (path / "config.json").is_file():
             return Check(
@@ -178,6 +182,23 @@ def check_model(settings: Settings) -> Check:
             return Check("model", "ok", f"{model} in the Hugging Face cache ({snapshot})")
         return Check("model", "fail", f"{model} is in the cache without its weights.", download)
     return Check("model", "fail", f"{model} is not in the Hugging Face cache (first use downloads it).", download)
+
+
+def check_remote(settings: Settings) -> Check:
+    """Ask the server at openai:URL which models it serves, as the remote engine does before its first turn."""
+    from qvl_agent.engine.remote import RemoteEngine
+    from qvl_agent.errors import QvlError
+
+    url = settings.engine.removeprefix("openai:")
+    try:
+        engine = RemoteEngine(url, api_key=settings.api_key, model=settings.model, timeout_s=REMOTE_TIMEOUT_S)
+        try:
+            model = engine.model
+        finally:
+            engine.close()
+    except QvlError as exc:
+        return Check("model", "fail", str(exc), "start the server (e.g. qvl-agent serve) or correct the URL and key.")
+    return Check("model", "ok", f"remote engine {engine.base_url} serves {model}")
 
 
 def playwright_chromium() -> str | None:
