@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
+from tests.pages.helpers import CHROMIUM
 from tests.support.live_server import start_serve, stop_serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -41,7 +42,7 @@ def page():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         context = browser.new_context()
         page = context.new_page()
         errors: list[str] = []

@@ -10,8 +10,6 @@ from qvl_agent import config
 from qvl_agent.config import Hotkeys, Settings
 from qvl_agent.errors import ConfigError
 
-pytest.importorskip("pytestqt")
-
 
 @pytest.fixture(scope="session")
 def qapp_args():

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.pages.helpers import CHROMIUM
 
 pytestmark = [pytest.mark.display, pytest.mark.slow]
 
@@ -283,7 +284,7 @@ def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory)
 
 @pytest.mark.browser
 def test_with_a_browser_focused_the_ask_window_offers_a_playwright_script(tray_factory, tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromium = CHROMIUM
     if not chromium:
         pytest.skip("needs Chromium (scripts/setup installs it)")
     tray = tray_factory([REPLY])
