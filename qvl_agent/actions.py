@@ -2,12 +2,13 @@
 
 Every action carries a `kind` tag equal to the `action` name in Qwen3-VL's tool call. Coordinates on
 actions are MODEL coordinates: relative positions on a 0-1000 grid over the screenshot the model looked
-at (see `parse.to_pixels` for the one place they become pixels). This module knows nothing about screens,
+at (see `image.to_pixels` for the one place they become pixels). This module knows nothing about screens,
 pixels or how an action is carried out.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -185,10 +186,26 @@ def to_arguments(action: Action) -> dict:
     return args
 
 
+# C0 and C1 control characters (escape sequences, carriage return, backspace) and the bidi overrides that
+# reorder what a terminal shows: model text must never drive the person's terminal.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` safe to show on a terminal or in a one-line comment: control characters become escapes
+    like `\x1b` or `\n`, except those in `keep` (e.g. "\n" for a multi-line answer)."""
+
+    def escape(m: re.Match) -> str:
+        ch = m.group(0)
+        return ch if ch in keep else ch.encode("unicode_escape").decode("ascii")
+
+    return _CONTROL.sub(escape, text)
+
+
 def describe(action: Action) -> str:
-    """A short human-readable line, e.g. `left_click at (500, 310)` or `type "hello"`."""
+    """A short human-readable line, e.g. `left_click at (500, 310)` or `type "hello"`; safe to print."""
     if isinstance(action, Key):
-        return f"key {'+'.join(action.keys)}"
+        return f"key {printable('+'.join(action.keys))}"
     if isinstance(action, Type):
         return f"type {action.text!r}"
     if isinstance(action, Answer):

@@ -325,6 +325,7 @@ class Agent:
     def _act(self, step: int, actions: list[A.Action], shot: Screenshot, record: dict) -> RunResult | None:
         """Run a reply's actions in order; the guard checks each right before it runs."""
         answer: str | None = None
+        self.guard.check_reply(actions)
         for action in actions:
             try:
                 pixels = self.guard.check(action, shot)

@@ -17,16 +17,34 @@ from qvl_agent.image import Region, Screenshot
 # --- live capture -------------------------------------------------------------------------------------
 
 
+def display_kind() -> str:
+    """The display server, as capture and input see it: "x11", "xwayland" (a Wayland session with
+    XWayland), "wayland" (without XWayland), "none" (Linux without a display) or "native" (Windows, macOS).
+    The one place qvl-agent looks at DISPLAY and WAYLAND_DISPLAY."""
+    if not sys.platform.startswith("linux"):
+        return "native"
+    wayland = bool(os.environ.get("WAYLAND_DISPLAY")) or os.environ.get("XDG_SESSION_TYPE") == "wayland"
+    if os.environ.get("DISPLAY"):
+        return "xwayland" if wayland else "x11"
+    return "wayland" if wayland else "none"
+
+
+def display_name() -> str:
+    """What to call this display in a message, e.g. "X11 :0"."""
+    kind = display_kind()
+    return f"X11 {os.environ['DISPLAY']}" if kind in ("x11", "xwayland") else sys.platform
+
+
 def display_problem() -> str | None:
     """Why screen capture cannot work here, as one sentence, or None when it can."""
-    if sys.platform.startswith("linux"):
-        if not os.environ.get("DISPLAY"):
-            if os.environ.get("WAYLAND_DISPLAY") or os.environ.get("XDG_SESSION_TYPE") == "wayland":
-                return (
-                    "This is a Wayland session without XWayland: screen capture and input need XWayland "
-                    "(DISPLAY must be set); start an X11 session or enable XWayland."
-                )
-            return "There is no display to capture: DISPLAY is not set (start an X server or use --image)."
+    kind = display_kind()
+    if kind == "wayland":
+        return (
+            "This is a Wayland session without XWayland: screen capture and input need XWayland "
+            "(DISPLAY must be set); start an X11 session or enable XWayland."
+        )
+    if kind == "none":
+        return "There is no display to capture: DISPLAY is not set (run inside a desktop session or start an X server)."
     return None
 
 

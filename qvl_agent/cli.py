@@ -65,14 +65,26 @@ def task_and_steps(args: argparse.Namespace, example: str) -> str:
     return task
 
 
-def print_event(event) -> None:
-    """One line per action or refused action of an agent run, for the terminal."""
+def print_event(event, prefix: str = "") -> None:
+    """One line per action or refused action of an agent run, for the terminal (model text escaped);
+    `prefix` marks every line, e.g. "DRY RUN: "."""
     from qvl_agent.act.guard import describe_pixels
+    from qvl_agent.actions import printable
 
     if event.kind == "action" and event.action is not None:
-        print(f"step {event.step}: {describe_pixels(event.action, list(event.pixels))}", flush=True)
+        print(f"step {event.step}: {prefix}{describe_pixels(event.action, list(event.pixels))}", flush=True)
     elif event.kind == "error":
-        print(f"step {event.step}: not carried out: {event.message}", flush=True)
+        print(f"step {event.step}: {prefix}not carried out: {printable(event.message)}", flush=True)
+
+
+def print_result(result, trace_dir, prefix: str = "") -> None:
+    """An agent run's answer on stdout and its status line on stderr, model text escaped for the terminal."""
+    from qvl_agent.actions import printable
+
+    if result.answer:
+        print(printable(result.answer, keep="\n\t"), flush=True)
+    line = f"{prefix}{result.status}: {printable(result.message)} (trace: {trace_dir})"
+    print(f"qvl-agent: {line}", file=sys.stderr, flush=True)
 
 
 def print_report(trace_dir) -> None:
@@ -112,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         loaded = config.load()
-        if loaded.notice:
-            print(f"qvl-agent: {loaded.notice}", file=sys.stderr)
+        for notice in loaded.notices:
+            print(f"qvl-agent: {notice}", file=sys.stderr)
         settings = config.replace(
             loaded.settings,
             model=getattr(args, "model", None),

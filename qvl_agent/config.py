@@ -1,24 +1,90 @@
 """Settings: frozen dataclasses loaded once from the TOML file in the user's config dir and `QVL_*`
-environment variables, then passed down. Nothing else in qvl-agent reads `os.environ` for settings.
+environment variables, then passed down. Nothing else in qvl-agent reads `QVL_*` settings variables
+(the display variables DISPLAY and WAYLAND_DISPLAY belong to `capture.py`).
 
-Precedence: command-line flags (applied by the caller with `dataclasses.replace`) > environment > file >
-defaults. Saving is atomic (write a temporary file, then rename), so a crash never leaves half a file;
-a file that cannot be parsed is moved aside as `config.toml.bak-<time>` and defaults are used.
+Precedence: command-line flags (applied by the caller with `replace`) > environment > file > defaults.
+
+Loading never changes the file and never refuses to start over it: a value that cannot be used (an
+unknown key, a wrong type such as `true` or `3.9` for a whole number, `inf`, a table where text belongs,
+an out-of-range value) is left out with one notice naming the key, and the rest of the file is kept;
+a file that cannot be read at all (a folder, no permission, not TOML) gives one notice and the defaults.
+Environment variables are checked the same way but strictly: a bad one is a `ConfigError`.
+
+Saving (tomli-w) is atomic: write a temporary file, then rename, so a crash never leaves half a file;
+a file that did not parse is kept as `config.toml.bak-<time>` before it is replaced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import os
 import time
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+import tomli_w
+
 from qvl_agent.errors import ConfigError
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 SAFETY_MODES = ("confirm", "auto", "dry-run")
+
+
+def download_command(model: str) -> str:
+    """The command that fetches a model into a folder (huggingface_hub's `hf`; `huggingface-cli` is gone)."""
+    return f"hf download {model} --local-dir DIR"
+
+
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+
+# --- hotkey syntax (pynput's GlobalHotKeys), checked without importing pynput -------------------------
+
+MODIFIERS = {"ctrl", "ctrl_l", "ctrl_r", "alt", "alt_l", "alt_r", "alt_gr", "shift", "shift_l", "shift_r",
+             "cmd", "cmd_l", "cmd_r"}  # fmt: skip
+NAMED_KEYS = MODIFIERS | {
+    "backspace", "caps_lock", "delete", "down", "end", "enter", "esc", "home", "insert", "left", "menu",
+    "num_lock", "page_down", "page_up", "pause", "print_screen", "right", "scroll_lock", "space", "tab", "up",
+    *(f"f{n}" for n in range(1, 21)),
+}  # fmt: skip
+
+
+def hotkey_keys(text: str, what: str = "hotkey") -> list[str]:
+    """The key names of a pynput hotkey ("<ctrl>+<alt>+q" -> ["ctrl", "alt", "q"]), or ConfigError."""
+    example = "like <ctrl>+<alt>+q"
+    if not isinstance(text, str):
+        raise ConfigError(f"The {what} hotkey must be text {example}, not {text!r}.")
+    parts = text.strip().lower().split("+")
+    if not text.strip() or any(not p for p in parts):
+        raise ConfigError(f"The {what} hotkey {text!r} is not a key combination {example}.")
+    keys = []
+    for part in parts:
+        if part.startswith("<") and part.endswith(">"):
+            name = part[1:-1]
+            if name not in NAMED_KEYS and not name.isdigit():
+                raise ConfigError(f"The {what} hotkey {text!r} names an unknown key <{name}>.")
+            keys.append(name)
+        elif len(part) == 1 and part.isprintable():
+            keys.append(part)
+        else:
+            raise ConfigError(
+                f"The {what} hotkey {text!r} has {part!r}: write named keys in angle brackets, {example}."
+            )
+    if len(set(keys)) != len(keys):
+        raise ConfigError(f"The {what} hotkey {text!r} repeats a key.")
+    if all(k in MODIFIERS for k in keys):
+        raise ConfigError(f"The {what} hotkey {text!r} needs a key besides the modifiers.")
+    if not any(k in MODIFIERS for k in keys) and not any(k.startswith("f") and k[1:].isdigit() for k in keys):
+        raise ConfigError(f"The {what} hotkey {text!r} needs a modifier (ctrl, alt, shift or cmd), {example}.")
+    return keys
+
+
+def check_hotkey(text: str, what: str = "hotkey") -> str:
+    """`text` stripped when pynput can listen for it, else ConfigError with one sentence."""
+    hotkey_keys(text, what)
+    return text.strip()
 
 
 @dataclass(frozen=True)
@@ -30,16 +96,29 @@ class Hotkeys:
     stop: str = "<ctrl>+<alt>+<esc>"
 
 
+def check_hotkeys(hotkeys: Hotkeys) -> Hotkeys:
+    """Every hotkey valid and no two the same, else ConfigError."""
+    values = {f.name: hotkey_keys(getattr(hotkeys, f.name), f.name) for f in fields(Hotkeys)}
+    if len({frozenset(keys) for keys in values.values()}) != len(values):
+        raise ConfigError("The ask, region and stop hotkeys must all be different.")
+    return hotkeys
+
+
+# --- the settings -------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Settings:
     model: str = DEFAULT_MODEL  # Hugging Face id or a local directory
     engine: str = "local"  # local | replay:FILE | openai:URL
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     max_pixels: int = 16_777_216  # cap on the pixels the model sees per screenshot (smart-resize bound)
     max_new_tokens: int = 512
     feature_cache_mb: int = 1024  # vision features kept by content hash
     session_memory_mb: int = 4096  # KV caches of idle sessions beyond this are evicted, oldest first
     safety_mode: str = "confirm"  # confirm | auto | dry-run
+    max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
+    max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
     browser: str = ""  # a Chromium executable; empty: find one
     api_key: str = ""  # for --engine openai:URL
     api_token: str = ""  # for `qvl-agent serve`
@@ -47,19 +126,26 @@ class Settings:
 
     def validated(self) -> Settings:
         """Self, or ConfigError naming the first value that cannot be used."""
-        if self.max_pixels < 65_536:
-            raise ConfigError(f"max_pixels must be at least 65536, not {self.max_pixels}.")
-        if self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}.")
-        if self.feature_cache_mb < 0 or self.session_memory_mb < 0:
-            raise ConfigError("feature_cache_mb and session_memory_mb cannot be negative.")
-        if self.safety_mode not in SAFETY_MODES:
-            raise ConfigError(f"safety_mode must be one of {', '.join(SAFETY_MODES)}, not {self.safety_mode!r}.")
-        if not (self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
-            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, not {self.device!r}.")
-        if not self.model.strip():
-            raise ConfigError("model cannot be empty.")
+        for f in fields(Settings):
+            if f.name != "hotkeys":
+                _check_value(f.name, getattr(self, f.name))
+        check_hotkeys(self.hotkeys)
         return self
+
+
+def _check_value(name: str, value) -> None:
+    """ConfigError naming `name` when `value` (already of the field's type) cannot be used."""
+    minimum = {"max_pixels": 65_536, "max_new_tokens": 1, "max_actions_per_reply": 1, "max_type_chars": 1}
+    if name in minimum and value < minimum[name]:
+        raise ConfigError(f"{name} must be at least {minimum[name]}, not {value}.")
+    if name in ("feature_cache_mb", "session_memory_mb") and value < 0:
+        raise ConfigError(f"{name} cannot be negative, not {value}.")
+    if name == "safety_mode" and value not in SAFETY_MODES:
+        raise ConfigError(f"safety_mode must be one of {', '.join(SAFETY_MODES)}, not {value!r}.")
+    if name == "device" and not (value in ("auto", "cpu", "cuda", "mps") or value.startswith("cuda:")):
+        raise ConfigError(f"device must be {DEVICES}, not {value!r}.")
+    if name == "model" and not value.strip():
+        raise ConfigError("model cannot be empty.")
 
 
 ENV_VARS = {
@@ -75,6 +161,8 @@ ENV_VARS = {
     "QVL_API_KEY": "api_key",
     "QVL_API_TOKEN": "api_token",
 }
+_INT_FIELDS = {f.name for f in fields(Settings) if f.type == "int"}
+_TEXT_FIELDS = {f.name for f in fields(Settings) if f.type == "str"}
 
 
 def config_dir(env: dict[str, str] | None = None) -> Path:
@@ -90,36 +178,82 @@ def config_path(env: dict[str, str] | None = None) -> Path:
     return config_dir(env) / "config.toml"
 
 
+def _what(value) -> str:
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
 def _coerce(name: str, value, source: str):
-    """Convert a raw value to the type of the Settings field `name`."""
-    default = getattr(Settings(), name)
-    if isinstance(default, int):
-        try:
-            return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} in {source} must be a whole number, not {value!r}.") from None
-    if not isinstance(value, str):
-        raise ConfigError(f"{name} in {source} must be text, not {value!r}.")
+    """`value` as the Settings field `name` wants it, strictly typed and checked, or ConfigError."""
+    if name in _INT_FIELDS:
+        if isinstance(value, str) and source.startswith("$") and value.strip().lstrip("-").isdigit():
+            value = int(value.strip())  # environment variables are text
+        if isinstance(value, bool) or not isinstance(value, int):
+            shown = "inf" if isinstance(value, float) and math.isinf(value) else _what(value)
+            raise ConfigError(f"{name} in {source} must be a whole number, not {shown}.")
+    elif not isinstance(value, str):
+        raise ConfigError(f"{name} in {source} must be text, not {_what(value)}.")
+    try:
+        _check_value(name, value)
+    except ConfigError as exc:
+        raise ConfigError(f"{str(exc).rstrip('.')} (in {source}).") from None
     return value
 
 
-def _from_mapping(data: dict, source: str) -> dict:
-    known = {f.name for f in fields(Settings)}
-    values = {}
+def _from_mapping(data: dict, source: str) -> tuple[dict, list[str]]:
+    """The usable values of a parsed file, and one sentence for each key that was left out."""
+    values: dict = {}
+    problems: list[str] = []
     for key, value in data.items():
-        if key == "hotkeys":
-            if not isinstance(value, dict):
-                raise ConfigError(f"[hotkeys] in {source} must be a table.")
-            hk_known = {f.name for f in fields(Hotkeys)}
-            unknown = set(value) - hk_known
-            if unknown:
-                raise ConfigError(f"Unknown hotkey {sorted(unknown)[0]!r} in {source}.")
-            values["hotkeys"] = Hotkeys(**{k: str(v) for k, v in value.items()})
-        elif key in known:
-            values[key] = _coerce(key, value, source)
-        else:
-            raise ConfigError(f"Unknown setting {key!r} in {source}.")
-    return values
+        try:
+            if key == "hotkeys":
+                values["hotkeys"] = _hotkeys(value, source, problems)
+            elif key in _INT_FIELDS | _TEXT_FIELDS:
+                values[key] = _coerce(key, value, source)
+            else:
+                raise ConfigError(f"Unknown setting {key!r} in {source}.")
+        except ConfigError as exc:
+            problems.append(f"{exc} It is ignored.")
+    return values, problems
+
+
+def _hotkeys(value, source: str, problems: list[str]) -> Hotkeys:
+    if not isinstance(value, dict):
+        raise ConfigError(f"[hotkeys] in {source} must be a table, not {_what(value)}.")
+    chosen = Hotkeys()
+    for name, text in value.items():
+        try:
+            if name not in {f.name for f in fields(Hotkeys)}:
+                raise ConfigError(f"Unknown hotkey {name!r} in [hotkeys] of {source}.")
+            candidate = dataclasses.replace(chosen, **{name: check_hotkey(text, f"[hotkeys] {name}")})
+            check_hotkeys(candidate)
+            chosen = candidate
+        except ConfigError as exc:
+            problems.append(f"{str(exc).rstrip('.')} (in {source}); it is ignored.")
+    return chosen
+
+
+def _read(path: Path) -> tuple[dict, list[str]]:
+    """The file's table, or {} and the one sentence that says why it cannot be used."""
+    if not path.exists() and not path.is_symlink():
+        return {}, []
+    why = ""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8")), []
+    except IsADirectoryError:
+        why = "is a folder, not a file"
+    except PermissionError:
+        why = "cannot be read (permission denied)"
+    except UnicodeDecodeError:
+        why = "is not UTF-8 text"
+    except tomllib.TOMLDecodeError as exc:
+        why = f"is not valid TOML ({exc})"
+    except OSError as exc:
+        why = f"cannot be read ({exc.strerror or exc})"
+    return {}, [f"The settings file {path} {why}; defaults are used until it is fixed or removed."]
 
 
 # Every notice `load` gave in this process, for front ends that show them elsewhere than stderr (the tray).
@@ -130,65 +264,56 @@ NOTICES: list[str] = []
 class Loaded:
     settings: Settings
     path: Path
-    notice: str = ""  # one sentence for the person, e.g. that a corrupt file was set aside
+    notices: tuple[str, ...] = ()  # one sentence each for the person: what was left out and why
+
+    @property
+    def notice(self) -> str:
+        return " ".join(self.notices)
 
 
 def load(path: Path | None = None, env: dict[str, str] | None = None) -> Loaded:
-    """Settings from file and environment. A corrupt file is set aside and defaults are used."""
+    """Settings from file and environment. Never writes: bad values in the file are left out with a notice
+    each; a bad environment variable raises ConfigError."""
     env = os.environ if env is None else env
     path = path or config_path(env)
-    values: dict = {}
-    notice = ""
-    if path.exists():
-        try:
-            values = _from_mapping(tomllib.loads(path.read_text(encoding="utf-8")), str(path))
-            Settings(**values).validated()
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, ConfigError) as exc:
-            backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
-            path.replace(backup)
-            values = {}
-            notice = (
-                f"The settings file {path} could not be used ({exc}); it was moved to {backup} and defaults are used."
-            )
-            NOTICES.append(notice)
+    data, notices = _read(path)
+    values, problems = _from_mapping(data, str(path))
+    notices += problems
     for var, name in ENV_VARS.items():
         if env.get(var):
             values[name] = _coerce(name, env[var], f"${var}")
-    return Loaded(Settings(**values).validated(), path, notice)
-
-
-def _toml_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+    NOTICES.extend(notices)
+    return Loaded(Settings(**values).validated(), path, tuple(notices))
 
 
 def dumps(settings: Settings) -> str:
-    lines = []
-    for f in fields(Settings):
-        if f.name in ("hotkeys", "api_token", "api_key"):
-            continue  # secrets stay in the environment or their own 0600 files
-        lines.append(f"{f.name} = {_toml_value(getattr(settings, f.name))}")
-    lines.append("")
-    lines.append("[hotkeys]")
-    for f in fields(Hotkeys):
-        lines.append(f"{f.name} = {_toml_value(getattr(settings.hotkeys, f.name))}")
-    return "\n".join(lines) + "\n"
+    """The settings as TOML; secrets stay in the environment or their own 0600 files."""
+    data = {f.name: getattr(settings, f.name) for f in fields(Settings)}
+    for secret in ("api_token", "api_key"):
+        data.pop(secret)
+    data["hotkeys"] = dataclasses.asdict(settings.hotkeys)
+    return tomli_w.dumps(data)
 
 
 def save(settings: Settings, path: Path | None = None) -> Path:
-    """Validate, then write atomically: readers see the old file or the new one, never half of one."""
+    """Validate, then write atomically: readers see the old file or the new one, never half of one.
+    ConfigError with one sentence when the folder cannot be written."""
     settings.validated()
     path = path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(dumps(settings), encoding="utf-8")
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if _read(path)[1] and path.is_file():  # a file the person may still want: keep it beside
+            backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
+            backup.write_bytes(path.read_bytes())
+        tmp.write_text(dumps(settings), encoding="utf-8")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise ConfigError(f"The settings cannot be saved to {path}: {exc.strerror or exc}.") from None
     return path
 
 

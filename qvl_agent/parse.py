@@ -7,7 +7,8 @@ slips whose meaning is unambiguous: trailing commas, single quotes, Python liter
 missing or an extra closing brace. Anything else raises `ParseError` with one sentence naming what was
 wrong; the agent shows that sentence to the model.
 
-A pure function of the text: no I/O and no third-party imports (coordinates live in `image.py`).
+A pure function of the text: no I/O, and nothing imported beyond the standard library and the grid size
+from `image.py` (where coordinates become pixels). `code_blocks` is the one ``` fence reader.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import ast
 import json
 import math
 import re
+from collections.abc import Callable, Iterator
 
 from qvl_agent import actions as A
 from qvl_agent.errors import ParseError
@@ -28,11 +30,45 @@ _ALIASES = {"click": "left_click"}
 _THINK = re.compile(r"<think>.*?</think>", re.S)
 _TOOL_OPEN = re.compile(r"<tool_call>", re.I)
 _TOOL_CLOSE = re.compile(r"</tool_call>", re.I)
-_FENCE = re.compile(r"```[ \t]*(?:json|JSON|tool_call)?[ \t]*\n?(.*?)(?:```|$)", re.S)
+_FENCE = re.compile(r"```[ \t]*([\w+.-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.S)
 _NUMBER = r"-?\d+(?:\.\d+)?"
 
 
 # --- finding the calls in a reply ---------------------------------------------------------------------
+
+
+def code_blocks(text: str, languages: tuple[str, ...] | None = None) -> list[str]:
+    """The bodies of the ``` fenced blocks in `text`, in order (a block left open runs to the end).
+    With `languages`, only blocks tagged with one of them ("" for an untagged block), in any case."""
+    return [
+        body
+        for tag, body in _FENCE.findall(text)
+        if languages is None or tag.lower() in languages
+    ]  # fmt: skip
+
+
+def _scan(text: str, may_open: Callable[[], bool] = lambda: True) -> Iterator[tuple[int, str, str]]:
+    """(index, character, where) for each character of `text`: where is "code", "string" (an opening
+    quote or a string's content, backslash escapes honoured) or "close" (the quote that ends a string).
+    A quote opens a string only when `may_open()` says so at that point (the caller may track nesting
+    while it iterates)."""
+    quote = escape = False
+    for i, ch in enumerate(text):
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quote = False
+                yield i, ch, "close"
+                continue
+            yield i, ch, "string"
+        elif ch == '"' and may_open():
+            quote = True
+            yield i, ch, "string"
+        else:
+            yield i, ch, "code"
 
 
 def _tool_call_blobs(text: str) -> list[str]:
@@ -48,20 +84,13 @@ def _tool_call_blobs(text: str) -> list[str]:
 
 
 def _bare_objects(text: str) -> list[str]:
-    """Top-level {...} spans in free text that look like a call (they mention "action" or "name")."""
-    spans, depth, start, quote, escape = [], 0, -1, "", False
-    for i, ch in enumerate(text):
-        if quote:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == quote:
-                quote = ""
+    """Top-level {...} spans in free text that look like a call (they mention "action" or "name").
+    Quotes count only inside an object: prose around it may hold a stray one."""
+    spans, depth, start = [], 0, -1
+    for i, ch, where in _scan(text, may_open=lambda: depth > 0):  # noqa: B023 (the depth of the moment)
+        if where != "code":
             continue
-        if ch == '"' and depth:
-            quote = ch
-        elif ch == "{":
+        if ch == "{":
             if depth == 0:
                 start = i
             depth += 1
@@ -77,7 +106,7 @@ def _bare_objects(text: str) -> list[str]:
 def _candidates(text: str) -> list[str]:
     if _TOOL_OPEN.search(text):
         return _tool_call_blobs(text)
-    fences = [m.group(1) for m in _FENCE.finditer(text) if "{" in m.group(1)]
+    fences = [body for body in code_blocks(text) if "{" in body]
     if fences:
         return fences
     return _bare_objects(text)
@@ -88,43 +117,31 @@ def _candidates(text: str) -> list[str]:
 
 def _balance(blob: str) -> str:
     """Close brackets left open at the end and drop surplus closers; strings must be complete."""
-    stack, out, quote, escape = [], [], False, False
-    for ch in blob:
-        if quote:
-            out.append(ch)
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                quote = False
-            continue
-        if ch == '"':
-            quote = True
-        elif ch in "{[":
+    stack, out, where = [], [], "code"
+    for _, ch, where in _scan(blob):
+        if where == "code" and ch in "{[":
             stack.append("}" if ch == "{" else "]")
-        elif ch in "}]":
+        elif where == "code" and ch in "}]":
             if not stack:
                 continue  # a surplus closer, as in `...}}}` with one brace too many
             if stack[-1] != ch:
                 return blob  # mismatched brackets: not a slip we can undo safely
             stack.pop()
         out.append(ch)
-    if quote:
+    if where == "string":
         return blob
     return "".join(out).rstrip().rstrip(",") + "".join(reversed(stack))
 
 
-_STRING = re.compile(r'"(?:\\.|[^"\\])*"')
-
-
-def _outside_strings(blob: str, fix) -> str:
+def _outside_strings(blob: str, fix: Callable[[str], str]) -> str:
     """Apply `fix` to the parts of `blob` between double-quoted strings, never inside one."""
-    out, last = [], 0
-    for m in _STRING.finditer(blob):
-        out += [fix(blob[last : m.start()]), m.group(0)]
-        last = m.end()
-    return "".join([*out, fix(blob[last:])])
+    parts: list[tuple[bool, list[str]]] = []
+    for _, ch, where in _scan(blob):
+        code = where == "code"
+        if not parts or parts[-1][0] != code:
+            parts.append((code, []))
+        parts[-1][1].append(ch)
+    return "".join(fix("".join(chars)) if code else "".join(chars) for code, chars in parts)
 
 
 def _repairs(blob: str):
@@ -138,20 +155,25 @@ def _repairs(blob: str):
 
 def _load_json(blob: str, where: str):
     blob = blob.strip()
-    fence = re.fullmatch(r"```[ \t]*\w*\s*(.*?)\s*(?:```)?", blob, re.S)
-    if fence:
-        blob = fence.group(1)
+    if blob.startswith("```"):
+        blob = "".join(code_blocks(blob)[:1]).strip()
     if not blob:
         raise ParseError(f"{where} is empty; write the call as a JSON object inside <tool_call></tool_call>.")
-    first_error = None
+    first_error = ""
     for attempt in _repairs(blob):
         try:
             value, end = json.JSONDecoder().raw_decode(attempt)
         except json.JSONDecodeError as exc:
-            first_error = first_error or exc
+            first_error = first_error or f"{exc.msg} at character {exc.pos}"
+            continue
+        except RecursionError:  # hostile nesting such as 100,000 "["
+            first_error = first_error or "nested too deeply"
+            continue
+        except ValueError:  # Python refuses integers of more than 4,300 digits
+            first_error = first_error or "a number has too many digits"
             continue
         if attempt[end:].strip(" \t\r\n}]"):
-            first_error = first_error or json.JSONDecodeError("Extra data", attempt, end)
+            first_error = first_error or f"Extra data at character {end}"
             continue
         return value
     try:  # single quotes, True/False/None: a Python literal is unambiguous too
@@ -161,7 +183,7 @@ def _load_json(blob: str, where: str):
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         pass
     snippet = blob if len(blob) <= 80 else blob[:77] + "..."
-    raise ParseError(f"{where} is not valid JSON ({first_error.msg} at character {first_error.pos}): {snippet}")
+    raise ParseError(f"{where} is not valid JSON ({first_error}): {snippet}")
 
 
 # --- arguments -> actions -----------------------------------------------------------------------------

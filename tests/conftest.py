@@ -1,4 +1,5 @@
-"""Shared fixtures: a virtual display with a tray-capable window manager, and the tiny Qwen3-VL."""
+"""Shared fixtures: a private home for every test session, a virtual display with a tray-capable window
+manager, and the tiny Qwen3-VL. Under CI=true a skipped test counts as a failure."""
 
 from __future__ import annotations
 
@@ -12,6 +13,54 @@ import pytest
 from tests.support.display import VirtualDisplay, display_works, ensure_runtime_dir
 
 ROOT = Path(__file__).resolve().parent.parent
+REAL_HOME = Path.home()  # read before `private_home` moves HOME, so a test can prove nothing landed here
+_XDG = {"XDG_DATA_HOME": ".local/share", "XDG_CONFIG_HOME": ".config", "XDG_CACHE_HOME": ".cache",
+        "XDG_STATE_HOME": ".local/state"}  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_home(tmp_path_factory) -> Path:
+    """HOME and the XDG folders in a temporary folder for the whole session (and every qvl-agent process
+    the tests start), so no run, script, setting or token lands in the person's real folders."""
+    home = tmp_path_factory.mktemp("home")
+    saved = {var: os.environ.get(var) for var in ("HOME", *_XDG)}
+    os.environ["HOME"] = str(home)
+    for var, sub in _XDG.items():
+        os.environ[var] = str(home / sub)
+    yield home
+    for var, value in saved.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
+
+
+def _skipped_in_ci(report) -> bool:
+    return os.environ.get("CI") == "true" and report.skipped and not hasattr(report, "wasxfail")
+
+
+def _fail_skip(report) -> None:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped under CI=true, which must run every test: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skip is a failure: CI has every tool installed, so a skip there hides a broken setup."""
+    outcome = yield
+    report = outcome.get_result()
+    if _skipped_in_ci(report):
+        _fail_skip(report)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped while it is collected."""
+    outcome = yield
+    report = outcome.get_result()
+    if _skipped_in_ci(report):
+        _fail_skip(report)
 
 
 @pytest.fixture(scope="session")

@@ -48,8 +48,13 @@ def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
     assert stats[0]["vision"] == "miss" and stats[1]["vision"] == "hit"
     assert stats[1]["prefill_tokens"] < stats[0]["prefill_tokens"] / 10
     assert stats[0]["prefill_tokens"] > 2040  # the 1080p screenshot's 2040 visual tokens were prefilled
-    assert len([line for line in r.stdout.split("\n")]) >= 2
+    assert all(s["decode_tokens"] >= 1 for s in stats)
     assert "Traceback" not in r.stderr
+    # Greedy decoding: asked alone, the first question gets the very answer it got in the conversation.
+    alone = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--max-new-tokens", "24",
+                    "What is this?")  # fmt: skip
+    assert alone.returncode == 0 and alone.stdout.strip(), alone.stderr
+    assert r.stdout.startswith(alone.stdout) and len(r.stdout) > len(alone.stdout)
 
 
 def test_replay_engine_streams_recorded_replies_then_says_it_ran_out(tmp_path, shot_png):
@@ -58,6 +63,10 @@ def test_replay_engine_streams_recorded_replies_then_says_it_ran_out(tmp_path, s
     r = run_cli("ask", "--engine", f"replay:{replies}", "--image", str(shot_png), "What?", "Title?")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["It is a settings dialog.", "The title is Preferences."]
+
+    replies.write_text(json.dumps(["Red\x1b[2J\x1b]0;owned\x07 text\r\nnext line"]))
+    r = run_cli("ask", "--engine", f"replay:{replies}", "--image", str(shot_png), "What?")
+    assert r.stdout == "Red\\x1b[2J\\x1b]0;owned\\x07 text\\r\nnext line\n"  # nothing reaches the terminal raw
 
     r = run_cli("ask", "--engine", f"replay:{replies}", "--image", str(shot_png), "a", "b", "c")
     assert r.returncode == 2
@@ -118,6 +127,7 @@ def test_missing_model_names_it_and_how_to_point_at_a_copy(shot_png, tmp_path):
     r = run_cli("ask", "--image", str(shot_png), "What is this?", env=env)
     assert r.returncode == 2
     assert "Qwen/Qwen3-VL-2B-Instruct" in r.stderr and "--model DIR" in r.stderr
+    assert "hf download Qwen/Qwen3-VL-2B-Instruct --local-dir DIR" in r.stderr  # a command that exists
     assert "Traceback" not in r.stderr
     r = run_cli("ask", "--model", str(tmp_path / "no-such-dir"), "--image", str(shot_png), "What?")
     assert r.returncode == 2 and "does not exist" in r.stderr

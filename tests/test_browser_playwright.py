@@ -3,8 +3,6 @@ fresh headless browser), and failures go back to the model. The model is a repla
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from qvl_agent.engine.replay import ReplayEngine
@@ -17,7 +15,7 @@ from tests.support.paths import path_without
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium at /usr/bin/chromium"),
+    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 SCRIPT = """```python

@@ -107,3 +107,53 @@ def test_a_missing_bubblewrap_is_reported_with_the_package_to_install(tmp_path, 
     line = next(line for line in out.stdout.splitlines() if "script sandbox:" in line)
     assert line.startswith("FAIL") and "bubblewrap" in line
     assert "fix: apt install bubblewrap" in out.stdout
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_remote_engine_fails_and_a_live_one_passes(tmp_path, config_env):
+    import http.server
+    import threading
+
+    down = run_cli("doctor", "--engine", f"openai:http://127.0.0.1:{_free_port()}", env=config_env)
+    assert down.returncode == 1
+    assert "FAIL  model: Cannot connect to the model server" in down.stdout and "is it running?" in down.stdout
+
+    class Models(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the http.server API)
+            body = json.dumps({"object": "list", "data": [{"id": "qwen-local", "object": "model"}]}).encode()
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        up = run_cli("doctor", "--engine", f"openai:http://127.0.0.1:{server.server_address[1]}", env=config_env)
+    finally:
+        server.shutdown()
+    assert "ok    model: remote engine" in up.stdout and "serves qwen-local" in up.stdout, up.stdout
+
+
+def test_an_unknown_engine_is_flagged(config_env):
+    out = run_cli("doctor", "--engine", "ollama", env=config_env)
+    assert out.returncode == 1
+    assert "FAIL  model: unknown engine 'ollama'" in out.stdout and "openai:URL" in out.stdout
+
+
+def test_the_download_hint_is_a_command_that_exists(tmp_path, config_env):
+    out = run_cli("doctor", "--engine", "local", "--model", "someone/not-cached-model",
+                  env={**config_env, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert "hf download someone/not-cached-model --local-dir DIR" in out.stdout
+    assert "huggingface-cli" not in out.stdout

@@ -3,8 +3,6 @@ locator that matches exactly one element, and that element is the one under the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from qvl_agent.playwright.locate import focused, locate, to_playwright
@@ -13,7 +11,7 @@ from tests.pages.server import PageServer
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium at /usr/bin/chromium"),
+    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 

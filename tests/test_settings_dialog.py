@@ -10,8 +10,6 @@ from qvl_agent import config
 from qvl_agent.config import Hotkeys, Settings
 from qvl_agent.errors import ConfigError
 
-pytest.importorskip("pytestqt")
-
 
 @pytest.fixture(scope="session")
 def qapp_args():
@@ -103,18 +101,6 @@ def test_saving_keeps_file_values_and_leaves_out_this_runs_flags(qtbot, path):
     assert on_file.max_new_tokens == 99 and on_file.browser == "/opt/chromium"
     assert on_file.engine == "local"
     assert saved.args[0].engine == "replay:/tmp/x.json"  # the running app keeps its engine
-
-
-def test_a_corrupt_file_is_set_aside_with_a_notice_and_defaults_are_used(path):
-    path.parent.mkdir(parents=True)
-    path.write_text("[hotkeys\nask = ")
-    before = len(config.NOTICES)
-    loaded = config.load(path, env={})
-    assert loaded.settings == Settings()
-    assert "could not be used" in loaded.notice and "defaults are used" in loaded.notice
-    backups = list(path.parent.glob("config.toml.bak-*"))
-    assert len(backups) == 1 and backups[0].read_text() == "[hotkeys\nask = "
-    assert config.NOTICES[before:] == [loaded.notice]  # the tray shows it as a notification
 
 
 def test_hotkey_check_accepts_the_defaults_and_function_keys():

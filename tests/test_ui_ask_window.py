@@ -6,8 +6,6 @@ import threading
 
 import pytest
 
-pytest.importorskip("pytestqt")
-
 from qvl_agent.capture import Screenshot  # noqa: E402
 from qvl_agent.engine.base import GenerationOptions  # noqa: E402
 from qvl_agent.engine.replay import ReplayEngine  # noqa: E402

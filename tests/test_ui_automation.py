@@ -14,8 +14,6 @@ from qvl_agent.config import Settings
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Region, Screenshot
 
-pytest.importorskip("pytestqt")
-
 
 @pytest.fixture(scope="session")
 def qapp_args():

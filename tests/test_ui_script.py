@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -16,8 +15,8 @@ import pytest
 
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Screenshot
+from tests.pages.helpers import CHROMIUM
 
-pytest.importorskip("pytestqt")
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 PAGE = """<!doctype html><html><head><title>Order</title>
@@ -61,7 +60,7 @@ with sync_playwright() as p:
 
 
 def test_url_is_read_confirmed_and_a_verified_script_is_saved_and_opened(qtbot, site, tmp_path):
-    if not shutil.which("chromium") and not os.environ.get("QVL_BROWSER"):
+    if not CHROMIUM:
         pytest.skip("needs Chromium (scripts/setup installs it)")
     from qvl_agent.config import Settings
     from qvl_agent.ui.engine_worker import EngineHost
@@ -97,7 +96,7 @@ def test_url_is_read_confirmed_and_a_verified_script_is_saved_and_opened(qtbot, 
     script = opened[0]
     assert script.read_text().count('name="Place order"') == 1
     # The saved script runs again with plain python and reaches the same end state.
-    env = dict(os.environ, QVL_BROWSER=os.environ.get("QVL_BROWSER") or shutil.which("chromium"))
+    env = dict(os.environ, QVL_BROWSER=CHROMIUM)
     replay = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     # The address question and the script request each carried one screenshot: the screen, then the page.

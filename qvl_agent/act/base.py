@@ -38,6 +38,12 @@ class Executor(Protocol):
         """Carry out one action; `shot` is the screenshot the model looked at when it chose it."""
         ...
 
+    def validate(self, action: Action) -> None:
+        """Raise ActionError when the action could not be carried out here (an unknown key, text this
+        keyboard cannot type), without doing anything. The dry run calls it, so it refuses what the real
+        executor would refuse."""
+        ...
+
     def wait_until_settled(self, timeout_s: float) -> None:
         """Return once the screen stopped changing, or after `timeout_s`."""
         ...

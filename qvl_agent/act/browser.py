@@ -1,7 +1,7 @@
 """The browser executor: the agent's actions carried out in Chromium through Playwright's sync API.
 
 The model sees the page's viewport, screenshotted in CSS pixels, so its 0-1000 coordinates map to CSS
-pixels through `parse.to_pixels` exactly as they map to screen pixels on the desktop. Clicks go through
+pixels through `image.to_pixels` exactly as they map to screen pixels on the desktop. Clicks go through
 the mouse, typing and keys through the keyboard (Qwen's key names mapped to Playwright's), scrolling
 through the wheel, just as a person would do it. Before every pointer action `locate` resolves the element
 under the point to a robust locator; it goes into `ActionResult.detail` (and so into the trace) together
@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
+from qvl_agent.act.keys import PLAYWRIGHT, canonical
 from qvl_agent.errors import ActionError, BrowserError, UsageError
 from qvl_agent.image import Screenshot, load_image_bytes, to_pixels
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
@@ -45,50 +46,6 @@ BLOCK_NOTICE_MS = 300  # with --allow-domain: how long an action waits for a nav
 WHEEL_NOTCH_PX = 100  # Chromium scrolls 100 CSS px per wheel notch
 MAX_SCROLL_NOTCHES = 50
 
-# Qwen3-VL key names (xdotool/pyautogui style, lower case) -> Playwright's KeyboardEvent.key names.
-KEY_NAMES = {
-    "ctrl": "Control",
-    "control": "Control",
-    "alt": "Alt",
-    "option": "Alt",
-    "shift": "Shift",
-    "cmd": "Meta",
-    "command": "Meta",
-    "super": "Meta",
-    "win": "Meta",
-    "meta": "Meta",
-    "enter": "Enter",
-    "return": "Enter",
-    "esc": "Escape",
-    "escape": "Escape",
-    "tab": "Tab",
-    "backspace": "Backspace",
-    "delete": "Delete",
-    "del": "Delete",
-    "insert": "Insert",
-    "space": "Space",
-    "spacebar": "Space",
-    "up": "ArrowUp",
-    "down": "ArrowDown",
-    "left": "ArrowLeft",
-    "right": "ArrowRight",
-    "arrowup": "ArrowUp",
-    "arrowdown": "ArrowDown",
-    "arrowleft": "ArrowLeft",
-    "arrowright": "ArrowRight",
-    "home": "Home",
-    "end": "End",
-    "pageup": "PageUp",
-    "page_up": "PageUp",
-    "pgup": "PageUp",
-    "pagedown": "PageDown",
-    "page_down": "PageDown",
-    "pgdn": "PageDown",
-    "capslock": "CapsLock",
-    "printscreen": "PrintScreen",
-    **{f"f{n}": f"F{n}" for n in range(1, 13)},
-}
-
 # Records when the DOM last changed, so `wait_until_settled` can wait for a quiet page.
 _MUTATION_CLOCK = """(() => {
   window.__qvlLastChange = performance.now();
@@ -103,7 +60,7 @@ def playwright_key(keys: tuple[str, ...]) -> str:
     """Qwen's chord, e.g. ("ctrl", "a"), as Playwright's "Control+a"."""
     names = []
     for key in keys:
-        name = KEY_NAMES.get(key.lower(), key if len(key) == 1 else None)
+        name = key if len(key) == 1 else PLAYWRIGHT.get(canonical(key))
         if name is None:
             hint = "use names like enter, tab, ctrl, shift, up, f5 or one character"
             raise ActionError(f"Unknown key {key!r}; {hint}.")
@@ -349,6 +306,11 @@ class BrowserExecutor:
                 step()
             except Exception:  # already gone: closing twice or after a crash is fine
                 pass
+
+    def validate(self, action: A.Action) -> None:
+        """ActionError when Playwright cannot press what `action` asks; the dry run asks too."""
+        if isinstance(action, A.Key):
+            playwright_key(action.keys)
 
     # --- actions --------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
 All OS input goes through `self.input` (the pyautogui module, imported on first use because importing it
 without a display raises), so a test can hand in another object with the same few functions.
 
-Safety, in this order: every point comes from `parse.to_pixels` through the screenshot the model looked
+Safety, in this order: every point comes from `image.to_pixels` through the screenshot the model looked
 at, so it lies on the captured screen; a target that falls on one of pyautogui's fail-safe corners is
 moved one pixel inwards, so the fail-safe keeps meaning "the person shoved the pointer into a corner", and
 when it fires the run stops with `EmergencyStop`. pyautogui's default 0.1 s pause after every call is
@@ -19,34 +19,13 @@ from collections.abc import Callable
 from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.base import ActionResult
+from qvl_agent.act.keys import canonical
 from qvl_agent.errors import ActionError, CaptureError, EmergencyStop
 from qvl_agent.image import Region, Screenshot, to_pixels
 
 PAUSE_S = 0.005  # after each pyautogui call; X servers and toolkits keep up with this easily
 DRAG_S = 0.2  # toolkits miss drags that jump straight to the end point
 MAX_SCROLL_CLICKS = 50
-KEY_ALIASES = {
-    "control": "ctrl",
-    "return": "enter",
-    "escape": "esc",
-    "del": "delete",
-    "ins": "insert",
-    "bksp": "backspace",
-    "spacebar": "space",
-    "page_up": "pageup",
-    "page_down": "pagedown",
-    "pgup": "pageup",
-    "pgdn": "pagedown",
-    "arrowup": "up",
-    "arrowdown": "down",
-    "arrowleft": "left",
-    "arrowright": "right",
-    "option": "alt",
-    "super": "win",
-    "meta": "win",
-    "cmd": "win",
-    "command": "win",
-}
 
 
 def _load_pyautogui():
@@ -64,8 +43,7 @@ def _load_pyautogui():
 
 def key_name(key: str, platform: str = sys.platform) -> str:
     """Qwen3-VL's key name -> pyautogui's (e.g. "Return" -> "enter", "cmd" -> "command" on macOS)."""
-    name = key if len(key) == 1 else key.strip().lower().replace(" ", "")
-    name = KEY_ALIASES.get(name, name)
+    name = canonical(key)
     if name == "win" and platform == "darwin":
         name = "command"
     return name
@@ -150,11 +128,21 @@ class DesktopExecutor:
             )
         return names
 
-    def _type(self, text: str) -> None:
+    def _check_text(self, text: str) -> None:
         valid = getattr(self.input, "isValidKey", lambda k: True)
         missing = sorted({c for c in text if not valid(c)})
         if missing:
             raise ActionError(f"Cannot type {''.join(missing)!r} with this keyboard; type plain ASCII text instead.")
+
+    def validate(self, action: A.Action) -> None:
+        """ActionError when this keyboard cannot press or type what `action` asks; the dry run asks too."""
+        if isinstance(action, A.Key):
+            self._keys(action.keys)
+        elif isinstance(action, A.Type):
+            self._check_text(action.text)
+
+    def _type(self, text: str) -> None:
+        self._check_text(text)
         for char in text:
             self.interrupt()  # a long text must not outlive the emergency stop
             self.input.write(char)

@@ -1,8 +1,9 @@
 """A dry run: observe the real screen, carry out nothing, remember what would have been done.
 
-Wraps another executor for `observe` only (the desktop's mss grab or the browser's page screenshot), so
-the model sees the real screen while the pointer and the keyboard stay untouched. Each action is mapped
-to pixels exactly as the real executor would, so a dry run shows where every click would land.
+Wraps another executor for `observe` and `validate` only (the desktop's mss grab or the browser's page
+screenshot; its own key and text checks), so the model sees the real screen and an action the real
+executor would refuse is refused here too, while the pointer and the keyboard stay untouched. Each action
+is mapped to pixels exactly as the real executor would, so a dry run shows where every click would land.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ class DryRunExecutor:
     def observe(self) -> Screenshot:
         return self.inner.observe()
 
+    def validate(self, action: A.Action) -> None:
+        self.inner.validate(action)
+
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
+        self.validate(action)  # ActionError, exactly as the real executor would raise it
         pixels = [to_pixels(x, y, shot) for x, y in A.points(action)]
         self.done.append((action, pixels))
         # The message goes back to the model: it says what happened, the pixels stay in the detail.

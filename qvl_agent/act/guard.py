@@ -9,7 +9,11 @@ actions of one reply as well as between steps:
 * confinement: a point outside the allowed monitor or region raises `OffScreenError` (the model is told);
 * modes: `confirm` shows the action with its pixel coordinates and asks yes/no (a "no" stops the run;
   the terminal prompt polls the stop switch, so the hotkey ends it without waiting for Enter),
-  `auto` runs without asking, `dry-run` is carried by the dry-run executor (the guard still checks).
+  `auto` runs without asking, `dry-run` is carried by the dry-run executor (the guard still checks);
+* system key combinations (`keys.system_chord`: log out, lock, console switch, the stop hotkey itself)
+  are asked about even in `auto` mode unless `allow_keys`; a "no" there goes back to the model;
+* limits: at most `max_actions_per_reply` actions in one reply and `max_type_chars` characters in one
+  `type`; beyond them nothing runs and the model is told (`ActionError`).
 
 pynput is imported only when the hotkey listener starts, because importing it without a display raises.
 """
@@ -23,7 +27,9 @@ import threading
 from collections.abc import Callable
 
 from qvl_agent import actions as A
-from qvl_agent.errors import EmergencyStop, OffScreenError
+from qvl_agent.act.keys import hotkey_chord, system_chord
+from qvl_agent.config import Settings, hotkey_keys
+from qvl_agent.errors import ActionError, ConfigError, EmergencyStop, OffScreenError
 from qvl_agent.image import Region, Screenshot, to_pixels
 
 MODES = ("confirm", "auto", "dry-run")
@@ -88,6 +94,45 @@ class StopSwitch:
             self.reason = ""
 
 
+READY_TIMEOUT_S = 5.0  # pynput's listener is live within milliseconds; past this it never will be
+
+
+def start_hotkeys(mapping: dict[str, Callable[[], None]]):
+    """A started pynput `GlobalHotKeys` for `mapping` ({"<ctrl>+<alt>+<esc>": callback}), listening once
+    this returns. RuntimeError with a readable reason when global hotkeys cannot work here: no display or
+    backend, an X server without the RECORD extension, a hotkey pynput cannot parse. pynput reports a
+    failure only by its thread dying (its own `wait()` then blocks forever), so the thread is watched."""
+    try:
+        from pynput import keyboard  # imported here: importing pynput without a display raises
+
+        listener = keyboard.GlobalHotKeys(mapping)
+    except ValueError as exc:
+        raise RuntimeError(f"a hotkey cannot be used ({exc})") from None
+    except Exception as exc:  # ImportError, or Xlib's errors without a display
+        raise RuntimeError(f"global hotkeys are not available here ({exc})") from None
+    failure: list[Exception] = []
+    run = listener.run
+
+    def run_and_catch() -> None:
+        try:
+            run()
+        except Exception as exc:  # kept for the message instead of a traceback on stderr
+            failure.append(exc)
+
+    listener.run = run_and_catch
+    listener.daemon = True
+    listener.start()
+    waiter = threading.Thread(target=listener.wait, daemon=True)
+    waiter.start()
+    waiter.join(READY_TIMEOUT_S)
+    if waiter.is_alive() or failure:  # no listener.stop(): it too waits for a ready that never comes
+        why = str(failure[0]) if failure else f"the listener did not start within {READY_TIMEOUT_S:g} s"
+        if "record" in why.lower():
+            why = "the X server has no RECORD extension"
+        raise RuntimeError(f"global hotkeys are not available here ({why})")
+    return listener
+
+
 class HotkeyListener:
     """A global hotkey (pynput GlobalHotKeys syntax, e.g. "<ctrl>+<alt>+<esc>") that sets a StopSwitch."""
 
@@ -98,18 +143,8 @@ class HotkeyListener:
 
     def start(self) -> None:
         """Start listening; raises RuntimeError with a readable reason when global hotkeys are unavailable."""
-        try:
-            from pynput import keyboard
-
-            self._listener = keyboard.GlobalHotKeys(
-                {self.hotkey: lambda: self.switch.stop(f"The emergency stop hotkey {self.hotkey} was pressed.")}
-            )
-            self._listener.start()
-            self._listener.wait()  # the X11 recording context is live once this returns
-        except ValueError as exc:
-            raise RuntimeError(f"the hotkey {self.hotkey!r} cannot be used ({exc})") from None
-        except Exception as exc:  # pynput raises Xlib errors or ImportError without a display
-            raise RuntimeError(f"global hotkeys are not available here ({exc})") from None
+        message = f"The emergency stop hotkey {self.hotkey} was pressed."
+        self._listener = start_hotkeys({self.hotkey: lambda: self.switch.stop(message)})
 
     def close(self) -> None:
         if self._listener is not None:
@@ -158,10 +193,13 @@ def _read_line(stream, switch: StopSwitch | None) -> str:
 
 
 def terminal_confirm(
-    action: A.Action, pixels: Pixels, shot: Screenshot, switch: StopSwitch | None = None, stream=None
-) -> bool:
+    action: A.Action, pixels: Pixels, shot: Screenshot, switch: StopSwitch | None = None, stream=None,
+    stop_chord: frozenset[str] = frozenset(),
+) -> bool:  # fmt: skip
     """Ask on the terminal; anything but y/yes (including end of input or a stop) is a no."""
-    print(f"qvl-agent: {describe_pixels(action, pixels)}. Do it? [y/N] ", end="", file=sys.stderr, flush=True)
+    why = system_chord(action.keys, stop_chord) if isinstance(action, A.Key) else ""
+    warning = f" WARNING: a system key combination ({why})." if why else ""
+    print(f"qvl-agent: {describe_pixels(action, pixels)}.{warning} Do it? [y/N] ", end="", file=sys.stderr, flush=True)
     line = _read_line(sys.stdin if stream is None else stream, switch)
     if switch is not None and switch.is_set():
         print(file=sys.stderr, flush=True)  # end the prompt's line before the stop message
@@ -179,6 +217,9 @@ class Guard:
         switch: StopSwitch | None = None,
         confirm: Confirm | None = None,
         hotkey: str | None = None,
+        allow_keys: bool = False,
+        max_actions_per_reply: int = Settings.max_actions_per_reply,
+        max_type_chars: int = Settings.max_type_chars,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
@@ -187,10 +228,17 @@ class Guard:
         self.switch = switch or StopSwitch()
         self.confirm = confirm or self._ask_terminal
         self.hotkey = hotkey
+        self.allow_keys = allow_keys
+        self.max_actions_per_reply = max_actions_per_reply
+        self.max_type_chars = max_type_chars
+        try:
+            self._stop_chord = hotkey_chord(hotkey_keys(hotkey)) if hotkey else frozenset()
+        except ConfigError:
+            self._stop_chord = frozenset()  # `start` says why the hotkey is unusable
         self._listener: HotkeyListener | None = None
 
     def _ask_terminal(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
-        return terminal_confirm(action, pixels, shot, switch=self.switch)
+        return terminal_confirm(action, pixels, shot, switch=self.switch, stop_chord=self._stop_chord)
 
     def start(self) -> str:
         """Start the stop hotkey listener if one is configured. Returns "" or one sentence saying why the
@@ -229,12 +277,33 @@ class Guard:
                     )
         return pixels
 
+    def check_reply(self, actions: list[A.Action]) -> None:
+        """ActionError when one reply holds more actions than may run at once (then none of them runs)."""
+        if len(actions) > self.max_actions_per_reply:
+            raise ActionError(
+                f"The reply has {len(actions)} actions, but at most {self.max_actions_per_reply} run per reply, "
+                "so none of them ran; send fewer actions at a time."
+            )
+
     def check(self, action: A.Action, shot: Screenshot) -> Pixels:
-        """Raise EmergencyStop or OffScreenError, or return the action's pixels once it may run."""
+        """Raise EmergencyStop, ActionError (OffScreenError, a limit, a refused system key), or return the
+        action's pixels once it may run."""
         self.switch.check()
+        if isinstance(action, A.Type) and len(action.text) > self.max_type_chars:
+            raise ActionError(
+                f"The text to type has {len(action.text)} characters, but one type action may type at most "
+                f"{self.max_type_chars}; type it in shorter parts."
+            )
         pixels = self.pixels(action, shot)
-        if self.mode == "confirm" and not isinstance(action, (*A.FINAL_ACTIONS, A.Wait)):
+        why = "" if self.allow_keys or not isinstance(action, A.Key) else system_chord(action.keys, self._stop_chord)
+        if why and self.mode == "auto":
+            if not self.confirm(action, pixels, shot):
+                self.switch.check()
+                raise ActionError(
+                    f"{A.describe(action)} was refused: {why}. Reach the goal without system key combinations."
+                )
+        elif self.mode == "confirm" and not isinstance(action, (*A.FINAL_ACTIONS, A.Wait)):
             if not self.confirm(action, pixels, shot):
                 self.switch.stop(f"The person declined: {describe_pixels(action, pixels)}.")
-            self.switch.check()  # a stop pressed while the question was open wins over a yes
+        self.switch.check()  # a stop pressed while a question was open wins over a yes
         return pixels

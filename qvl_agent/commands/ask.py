@@ -11,6 +11,7 @@ import json
 import sys
 
 from qvl_agent import capture, image
+from qvl_agent.actions import printable
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import STATS_KEYS, GenerationOptions, open_engine
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         session = engine.open_session([shot])
         for question in questions:
             for piece in session.ask(question, options=options):
-                sys.stdout.write(piece)
+                sys.stdout.write(printable(piece, keep="\n\t"))  # model text never drives the terminal
                 sys.stdout.flush()
             sys.stdout.write("\n")
             sys.stdout.flush()

@@ -22,7 +22,15 @@ from pathlib import Path
 
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
-from qvl_agent.cli import add_engine_args, add_secret_args, print_event, print_report, secrets_from_args, task_and_steps
+from qvl_agent.cli import (
+    add_engine_args,
+    add_secret_args,
+    print_event,
+    print_report,
+    print_result,
+    secrets_from_args,
+    task_and_steps,
+)
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import QvlError, UsageError
@@ -93,8 +101,13 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             allowed_domains=allowed,
         )
         # The run acts only inside its own fresh browser profile, so it does not ask before each action;
-        # Ctrl+C in the terminal stops it.
-        guard = Guard(mode="auto")
+        # Ctrl+C in the terminal stops it. Keys reach the page, never the system, so no chord is refused.
+        guard = Guard(
+            mode="auto",
+            allow_keys=True,
+            max_actions_per_reply=settings.max_actions_per_reply,
+            max_type_chars=settings.max_type_chars,
+        )
         with open_engine(settings) as engine:
             agent = Agent(
                 engine,
@@ -120,9 +133,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             executor.close()
         trace.close()
 
-    if result.answer:
-        print(result.answer, flush=True)
-    print(f"qvl-agent: {result.status}: {result.message} (trace: {trace_dir})", file=sys.stderr, flush=True)
+    print_result(result, trace_dir)
     print_report(trace_dir)
     if export is not None:
         if result.ok:

@@ -21,9 +21,10 @@ from pathlib import Path
 
 from qvl_agent import capture
 from qvl_agent.cli import add_engine_args
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, download_command
 
 PROBE_TIMEOUT_S = 30
+REMOTE_TIMEOUT_S = 5  # a model server that takes longer to list its models is as good as down
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _wayland() -> bool:
-    return bool(os.environ.get("WAYLAND_DISPLAY")) or os.environ.get("XDG_SESSION_TYPE") == "wayland"
-
-
 XWAYLAND_NOTE = (
     "Wayland session with XWayland: screen capture and clicks go through XWayland, so native Wayland "
     "windows may capture black or ignore synthetic input on some desktops, and global hotkeys fire only "
@@ -55,7 +52,7 @@ XWAYLAND_NOTE = (
 def check_display() -> Check:
     problem = capture.display_problem()
     if problem:
-        if _wayland():
+        if capture.display_kind() == "wayland":
             fix = "enable XWayland (it provides DISPLAY), or log in to an X11 session."
         else:
             fix = "run inside a desktop session, or start a virtual one: Xvfb :99 & export DISPLAY=:99"
@@ -65,8 +62,8 @@ def check_display() -> Check:
     except Exception as exc:  # CaptureError, or an Xlib error from a display that went away
         return Check("display", "fail", str(exc), "check that DISPLAY names a running X server you may use.")
     sizes = ", ".join(f"{m.width}x{m.height}" for m in monitors)
-    where = f"X11 {os.environ['DISPLAY']}" if os.environ.get("DISPLAY") else sys.platform
-    if sys.platform.startswith("linux") and _wayland():
+    where = capture.display_name()
+    if capture.display_kind() == "xwayland":
         return Check("display", "note", f"{XWAYLAND_NOTE} Monitors: {sizes}.",
                      "for full control log in to an X11 session; otherwise prefer X11 apps.")  # fmt: skip
     return Check("display", "ok", f"{where}, {len(monitors)} monitor(s): {sizes}")
@@ -110,7 +107,7 @@ def check_hotkeys(desktop: dict) -> Check:
     if "error" in desktop:
         return Check("hotkeys", "fail", "not checked: " + desktop["error"], "fix the display first.")
     error = desktop.get("hotkeys_error", "")
-    if sys.platform.startswith("linux") and _wayland():
+    if capture.display_kind() == "xwayland":
         return Check(
             "hotkeys",
             "note",
@@ -124,7 +121,7 @@ def check_hotkeys(desktop: dict) -> Check:
             error,
             "on X11 the server needs the RECORD extension; on macOS allow Accessibility access.",
         )
-    return Check("hotkeys", "ok", "pynput global hotkeys work (X11)" if os.environ.get("DISPLAY") else "pynput")
+    return Check("hotkeys", "ok", "pynput global hotkeys work (X11)" if capture.display_kind() == "x11" else "pynput")
 
 
 def check_gpu(settings: Settings) -> Check:
@@ -157,10 +154,13 @@ def check_model(settings: Settings) -> Check:
             return Check("model", "ok", f"replay engine {path}: no model needed")
         return Check("model", "fail", f"the replay file {path} does not exist.", "pass an existing JSON file.")
     if settings.engine.startswith("openai:"):
-        return Check("model", "ok", f"remote engine {settings.engine.removeprefix('openai:')}: no local model")
+        return check_remote(settings)
+    if settings.engine != "local":
+        return Check("model", "fail", f"unknown engine {settings.engine!r}.",
+                     "use --engine local, replay:FILE or openai:URL (or fix engine in the settings).")  # fmt: skip
     model = settings.model
     path = Path(model).expanduser()
-    download = f"huggingface-cli download {model} --local-dir DIR, then set model to DIR"
+    download = f"{download_command(model)}, then set model to DIR"
     if path.is_dir() or model.startswith((".", "/", "~")):
         if not (path / "config.json").is_file():
             return Check(
@@ -183,6 +183,23 @@ def check_model(settings: Settings) -> Check:
             return Check("model", "ok", f"{model} in the Hugging Face cache ({snapshot})")
         return Check("model", "fail", f"{model} is in the cache without its weights.", download)
     return Check("model", "fail", f"{model} is not in the Hugging Face cache (first use downloads it).", download)
+
+
+def check_remote(settings: Settings) -> Check:
+    """Ask the server at openai:URL which models it serves, as the remote engine does before its first turn."""
+    from qvl_agent.engine.remote import RemoteEngine
+    from qvl_agent.errors import QvlError
+
+    url = settings.engine.removeprefix("openai:")
+    try:
+        engine = RemoteEngine(url, api_key=settings.api_key, model=settings.model, timeout_s=REMOTE_TIMEOUT_S)
+        try:
+            model = engine.model
+        finally:
+            engine.close()
+    except QvlError as exc:
+        return Check("model", "fail", str(exc), "start the server (e.g. qvl-agent serve) or correct the URL and key.")
+    return Check("model", "ok", f"remote engine {engine.base_url} serves {model}")
 
 
 def playwright_chromium() -> str | None:

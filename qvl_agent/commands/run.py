@@ -1,12 +1,14 @@
 """`qvl-agent run`: carry out a task on the desktop, step by step, with the person in control.
 
-    qvl-agent run [--model ...] [--engine ...] [--yes | --dry-run] [--max-steps N]
+    qvl-agent run [--model ...] [--engine ...] [--yes | --dry-run] [--allow-keys] [--max-steps N]
                   [--monitor N | --region X,Y,W,H] [--trace-dir DIR] [--secret NAME ...] TASK
 
 By default every action is shown with its pixel coordinates and waits for y/n on the terminal (`--yes`
-runs without asking, `--dry-run` touches nothing). The emergency stop hotkey (default ctrl+alt+Escape)
-halts the run at once. Exit 0 when the model ends with success, 1 on failure, stop or a limit, 2 on bad
-usage or input. Every run writes a trace folder (`qvl-agent trace show DIR` prints it).
+runs without asking, `--dry-run` touches nothing). System key combinations (log out, lock, console
+switch) are asked about even with `--yes` unless `--allow-keys`. The emergency stop hotkey (default
+ctrl+alt+Escape) halts the run at once; `--yes` refuses to start without it. Exit 0 when the model
+ends with success, 1 on failure, stop or a limit, 2 on bad usage or input. Every run writes a trace
+folder (`qvl-agent trace show DIR` prints it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.capture import list_monitors
-from qvl_agent.cli import add_engine_args, add_secret_args, print_event, print_report, secrets_from_args, task_and_steps
+from qvl_agent.cli import (
+    add_engine_args,
+    add_secret_args,
+    print_event,
+    print_report,
+    print_result,
+    secrets_from_args,
+    task_and_steps,
+)
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
@@ -34,6 +44,7 @@ def register(sub) -> None:
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="run every action without asking")
     mode.add_argument("--dry-run", action="store_true", help="show what would be done; touch nothing")
+    p.add_argument("--allow-keys", action="store_true", help="press system key combinations without asking")
     p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps (default 30)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--monitor", type=int, metavar="N", help="work on monitor N only (1 = first)")
@@ -59,31 +70,45 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         _check_monitor(args.monitor)
     mode = "auto" if args.yes else "dry-run" if args.dry_run else settings.safety_mode
     hotkey = settings.hotkeys.stop
+    dry = "DRY RUN: " if mode == "dry-run" else ""
 
-    guard = Guard(mode=mode, confine=region, hotkey=hotkey)
+    guard = Guard(
+        mode=mode,
+        confine=region,
+        hotkey=hotkey,
+        allow_keys=args.allow_keys,
+        max_actions_per_reply=settings.max_actions_per_reply,
+        max_type_chars=settings.max_type_chars,
+    )
     desktop = DesktopExecutor(monitor=args.monitor, region=region, interrupt=guard.switch.check)
     executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop
-    # Capture once before loading a model: no display or a wrong monitor fails in milliseconds.
-    first = executor.observe()
-    if region is None:
-        guard.confine = first.region  # --monitor N confines actions to that monitor
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
-    trace = TraceWriter(trace_dir)
-
+    trace = None
     try:
+        # Capture and the stop hotkey before loading a model: what cannot work fails in milliseconds.
+        first = executor.observe()
+        if region is None:
+            guard.confine = first.region  # --monitor N confines actions to that monitor
+        problem = guard.start()
+        if problem and mode == "auto":
+            raise UsageError(f"{problem} --yes runs only with a working emergency stop: run without --yes "
+                             "to confirm each action.")  # fmt: skip
+        if dry:
+            print("qvl-agent: DRY RUN: nothing will be clicked or typed; each action is only shown.",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        elif problem:
+            print(f"qvl-agent: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
+        else:
+            print(f"qvl-agent: press {hotkey} to stop at any moment.", file=sys.stderr, flush=True)
+        trace = TraceWriter(trace_dir)
         with open_engine(settings) as engine:
-            problem = guard.start()
-            if problem:
-                print(f"qvl-agent: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
-            elif mode != "dry-run":
-                print(f"qvl-agent: press {hotkey} to stop at any moment.", file=sys.stderr, flush=True)
             agent = Agent(
                 engine,
                 executor,
                 guard,
                 trace,
                 max_steps=args.max_steps,
-                on_event=print_event,
+                on_event=lambda event: print_event(event, prefix=dry),
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
             )
@@ -91,10 +116,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         guard.close()
         executor.close()
-        trace.close()
+        if trace is not None:
+            trace.close()
 
-    if result.answer:
-        print(result.answer, flush=True)
-    print(f"qvl-agent: {result.status}: {result.message} (trace: {trace_dir})", file=sys.stderr, flush=True)
+    print_result(result, trace_dir, prefix=dry)
     print_report(trace_dir)
     return 0 if result.ok else 1

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, download_command
 from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.engine.context import Context, ImageSpan, reusable_prefix, tokenize_with_images
 from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
@@ -95,8 +95,7 @@ def _load_pretrained(model_id: str, dtype: torch.dtype):
         raise EngineError(f"{model_id} could not be loaded as a Qwen3-VL model ({last}).")
     raise ModelNotFoundError(
         f"The model {model_id} is not in the Hugging Face cache and could not be downloaded; "
-        "download it where there is network (huggingface-cli download "
-        f"{model_id} --local-dir DIR) and pass --model DIR or set QVL_MODEL=DIR."
+        f"download it where there is network ({download_command(model_id)}) and pass --model DIR or set QVL_MODEL=DIR."
     )
 
 

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qvl_agent.actions import printable
 from qvl_agent.playwright import secret_refs
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 
@@ -356,7 +357,7 @@ def compile_run(
     lines: list[str] = []
     for op in compiler.ops:
         if op.comment:
-            lines.append(f"# {op.comment}")
+            lines.append(f"# {printable(op.comment)}")  # a key named "\n" must not end the comment
         lines.extend(op.code)
     checks = _assertions(compiler, final, last_url)
     if checks:

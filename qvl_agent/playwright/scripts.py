@@ -8,7 +8,6 @@ Nothing here parses flags or prints: `commands/playwright.py` and the tray's scr
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,16 +19,16 @@ from qvl_agent import prompts
 from qvl_agent.engine import Engine, GenerationOptions
 from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.image import Screenshot
+from qvl_agent.parse import code_blocks
 from qvl_agent.playwright import sandbox
 from qvl_agent.playwright.policy import ScriptRejected, check_script
 
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
 MAX_ERROR_CHARS = 1500  # what goes back to the model from a failed run
 
 
 def extract_script(reply: str) -> str:
     """The Python code in a reply: the longest ```python block, else the whole reply."""
-    blocks = [b.strip() for b in _FENCE.findall(reply) if b.strip()]
+    blocks = [b.strip() for b in code_blocks(reply, ("python", "py", "python3", "")) if b.strip()]
     if blocks:
         return max(blocks, key=len) + "\n"
     return reply.strip() + "\n"

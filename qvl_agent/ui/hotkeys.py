@@ -8,71 +8,23 @@ presses while an XWayland window has focus, which `problem()` explains.
 
 from __future__ import annotations
 
-import os
-import sys
-
 from PySide6.QtCore import QObject, Signal
 
-from qvl_agent.config import Hotkeys
-from qvl_agent.errors import ConfigError
-
-MODIFIERS = {"ctrl", "ctrl_l", "ctrl_r", "alt", "alt_l", "alt_r", "alt_gr", "shift", "shift_l", "shift_r",
-             "cmd", "cmd_l", "cmd_r"}  # fmt: skip
-NAMED_KEYS = MODIFIERS | {
-    "backspace", "caps_lock", "delete", "down", "end", "enter", "esc", "home", "insert", "left", "menu",
-    "num_lock", "page_down", "page_up", "pause", "print_screen", "right", "scroll_lock", "space", "tab", "up",
-    *(f"f{n}" for n in range(1, 21)),
-}  # fmt: skip
-
-
-def check_hotkey(text: str, what: str = "hotkey") -> str:
-    """`text` unchanged when pynput can listen for it, else ConfigError with one sentence."""
-    parts = text.strip().lower().split("+")
-    example = "like <ctrl>+<alt>+q"
-    if not text.strip() or any(not p for p in parts):
-        raise ConfigError(f"The {what} hotkey {text!r} is not a key combination {example}.")
-    keys = []
-    for part in parts:
-        if part.startswith("<") and part.endswith(">"):
-            name = part[1:-1]
-            if name not in NAMED_KEYS and not name.isdigit():
-                raise ConfigError(f"The {what} hotkey {text!r} names an unknown key <{name}>.")
-            keys.append(name)
-        elif len(part) == 1:
-            keys.append(part)
-        else:
-            raise ConfigError(
-                f"The {what} hotkey {text!r} has {part!r}: write named keys in angle brackets, {example}."
-            )
-    if len(set(keys)) != len(keys):
-        raise ConfigError(f"The {what} hotkey {text!r} repeats a key.")
-    if all(k in MODIFIERS for k in keys):
-        raise ConfigError(f"The {what} hotkey {text!r} needs a key besides the modifiers.")
-    if not any(k in MODIFIERS for k in keys) and not any(k.startswith("f") and k[1:].isdigit() for k in keys):
-        raise ConfigError(f"The {what} hotkey {text!r} needs a modifier (ctrl, alt, shift or cmd), {example}.")
-    return text.strip()
-
-
-def check_hotkeys(hotkeys: Hotkeys) -> Hotkeys:
-    """Every hotkey valid and no two the same, else ConfigError."""
-    values = {name: check_hotkey(getattr(hotkeys, name), name) for name in ("ask", "region", "stop")}
-    normalized = {name: "+".join(sorted(v.lower().split("+"))) for name, v in values.items()}
-    if len(set(normalized.values())) != len(normalized):
-        raise ConfigError("The ask, region and stop hotkeys must all be different.")
-    return hotkeys
+from qvl_agent import capture
+from qvl_agent.act.guard import start_hotkeys
+from qvl_agent.config import Hotkeys, check_hotkey, check_hotkeys  # noqa: F401  (the syntax is a setting's)
 
 
 def problem() -> str | None:
     """Why global hotkeys cannot work here, as one sentence, or None."""
-    if sys.platform.startswith("linux"):
-        wayland = bool(os.environ.get("WAYLAND_DISPLAY")) or os.environ.get("XDG_SESSION_TYPE") == "wayland"
-        if not os.environ.get("DISPLAY"):
-            return "Global hotkeys need an X11 display (DISPLAY is not set)."
-        if wayland:
-            return (
-                "This is a Wayland session: pynput hears hotkeys only while an XWayland window has focus; "
-                "bind a desktop shortcut to `qvl-agent tray --send ask` instead."
-            )
+    display = capture.display_kind()
+    if display in ("none", "wayland"):
+        return "Global hotkeys need an X11 display (DISPLAY is not set)."
+    if display == "xwayland":
+        return (
+            "This is a Wayland session: pynput hears hotkeys only while an XWayland window has focus; "
+            "bind a desktop shortcut to `qvl-agent tray --send ask` instead."
+        )
     return None
 
 
@@ -91,10 +43,6 @@ class HotkeyListener(QObject):
     def start(self) -> str | None:
         """Start listening; returns why hotkeys are unavailable, or None when they work."""
         self.stop_listening()
-        try:
-            from pynput import keyboard  # lazily: importing pynput without a display raises
-        except Exception as exc:
-            return f"Global hotkeys are unavailable: {exc}."
         # Signals emitted from pynput's thread are queued to the GUI thread by Qt.
         mapping = {
             self.hotkeys.ask: self.ask.emit,
@@ -102,11 +50,8 @@ class HotkeyListener(QObject):
             self.hotkeys.stop: self.stop.emit,
         }
         try:
-            self._listener = keyboard.GlobalHotKeys(mapping)
-            self._listener.daemon = True
-            self._listener.start()
-            self._listener.wait()
-        except Exception as exc:
+            self._listener = start_hotkeys(mapping)
+        except RuntimeError as exc:
             self._listener = None
             return f"Global hotkeys could not be registered: {exc}."
         return None

@@ -8,9 +8,20 @@ import os
 import signal
 from pathlib import Path
 
+from qvl_agent.act.browser import find_browser
+from qvl_agent.errors import BrowserError
 from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
 
-CHROMIUM = "/usr/bin/chromium"
+
+def _chromium() -> str:
+    """The Chromium the product would launch ($QVL_BROWSER, else a system one), or "" when there is none."""
+    try:
+        return find_browser(None, os.environ.get("QVL_BROWSER", ""))
+    except BrowserError:
+        return ""
+
+
+CHROMIUM = _chromium()
 VIEWPORT = (1280, 800)
 
 

@@ -43,6 +43,10 @@ class RecordingExecutor:
         self._shown += 1
         return shot
 
+    def validate(self, action: A.Action) -> None:
+        if action.kind in self.fail:
+            raise ActionError(self.fail[action.kind])
+
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         if action.kind in self.fail:
             raise ActionError(self.fail[action.kind])
