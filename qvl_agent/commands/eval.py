@@ -79,7 +79,10 @@ def miniwob(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, not {args.episodes}.")
+    from qvl_agent.act.browser import find_browser
+
     tasks = mw.pick_tasks(args.tasks, mw.task_pages())
+    find_browser(args.browser, settings.browser)  # no Chromium fails now, not once per episode
     out = _out_dir(args.out, "miniwob")
     with open_engine(settings) as engine:
         episodes = mw.evaluate(engine, tasks, args.episodes, args.seed, out, args.browser, settings.browser)

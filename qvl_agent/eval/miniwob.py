@@ -217,7 +217,12 @@ def evaluate(
         with PageServer(html) as server:
             for task in tasks:
                 for i in range(episodes):
-                    ep = run_episode(engine, server.url, task, i + 1, seed + i, browser, configured_browser, on_start)
+                    try:
+                        ep = run_episode(
+                            engine, server.url, task, i + 1, seed + i, browser, configured_browser, on_start
+                        )
+                    except BrowserError as exc:  # one page that breaks does not end a long evaluation
+                        ep = Episode(task, i + 1, seed + i, "", False, 0.0, 0, 0.0, "error", str(exc))
                     done.append(ep)
                     writer.write(
                         {

@@ -30,11 +30,20 @@ def _pixels_hash(img: Image.Image) -> str:
 
 def read_truth(data: Path) -> list[dict]:
     """[{image, instruction, box (x1, y1, x2, y2)}] in data-set order (files sorted, items in order)."""
-    files = sorted(p for p in data.rglob("*") if p.suffix in (".json", ".jsonl")) if data.is_dir() else [data]
+    if data.is_dir():
+        files = sorted(
+            p
+            for p in data.rglob("*")
+            if p.suffix in (".json", ".jsonl") and not any(part.startswith(".") for part in p.relative_to(data).parts)
+        )
+    else:
+        files = [data]
     truth = []
     for path in files:
         text = path.read_text(encoding="utf-8")
         items = [json.loads(x) for x in text.splitlines() if x.strip()] if path.suffix == ".jsonl" else json.loads(text)
+        if not (isinstance(items, list) and items and all(isinstance(d, dict) and "img_filename" in d for d in items)):
+            continue  # a download's metadata, not data
         pro = any("img_size" in d or "ui_type" in d for d in items)
         folders = [path.parent, path.parent / "images", path.parent.parent / "images"]
         folders += [p for p in path.parent.iterdir() if p.is_dir()]
