@@ -16,7 +16,7 @@ import pytest
 
 from qvl_agent.act.browser import find_browser
 from qvl_agent.playwright import sandbox
-from qvl_agent.playwright.scripts import verify_script
+from qvl_agent.playwright.scripts import keep_files, verify_script
 from tests.pages.server import PageServer
 
 pytestmark = pytest.mark.browser
@@ -117,6 +117,39 @@ def test_files_outside_the_scratch_folder_are_neither_read_nor_written(server, c
     assert not host_tmp_marker.exists()
     assert not Path("/usr/pwned").exists()
     assert "home" not in result.output.split("[")[-1]  # no home folder in the sandbox's root
+
+
+def test_the_browser_cannot_open_local_files_either(server, canary):
+    script = (
+        HEADER
+        + LAUNCH
+        + (
+            "    page = b.new_page()\n"
+            f"    for url in ['file://{canary}', 'file:///root/', 'file:///etc/passwd']:\n"
+            "        try:\n"
+            "            page.goto(url)\n"
+            "            print(url, page.content())\n"
+            "        except Exception as exc:\n"
+            "            print(url, 'unreachable')\n"
+            "    b.close()\n"
+        )
+    )
+    result = run(script, server)
+    assert result.returncode == 0, result.output
+    assert canary.read_text() not in result.output and "root:x:0:0" not in result.output
+
+
+def test_files_written_with_hidden_or_existing_names_are_not_copied_over_the_persons_files(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("mine")
+    (home / "old.png").write_bytes(b"old")
+    files = {".bashrc": b"evil", ".config/autostart/x.desktop": b"evil", "notes.txt": b"evil", "old.png": b"new",
+             "shots/new.png": b"png"}  # fmt: skip
+    written = keep_files(files, home, protect=home / "script.py")
+    assert sorted(p.relative_to(home).as_posix() for p in written) == ["old.png", "shots/new.png"]
+    assert not (home / ".bashrc").exists() and not (home / ".config").exists()
+    assert (home / "notes.txt").read_text() == "mine"
 
 
 def test_a_symlink_in_the_scratch_folder_does_not_carry_a_file_out(server, canary):

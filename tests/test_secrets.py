@@ -141,3 +141,32 @@ def test_navigation_off_the_allowed_domains_is_blocked_and_told_to_the_model(tmp
     assert "not an allowed domain" not in steps[1]["results"][0]["message"]
     assert read_trace(tmp_path / "run").steps[-1]["screenshot"]
     assert Path(tmp_path / "run" / "browser.json").exists()
+
+
+@pytest.fixture
+def form(x_display, tmp_path):
+    from tests.test_desktop_e2e import FormApp
+
+    app = FormApp(tmp_path)
+    yield app
+    app.close()
+
+
+def test_on_the_desktop_the_secret_is_typed_into_the_real_window_and_kept_out_of_the_run(form, tmp_path):
+    secret = "pin-" + uuid.uuid4().hex[:12]
+    replies = [
+        call(action="left_click", coordinate=form.center("name")) + call(action="type", text="{{PIN}}"),
+        call(action="terminate", status="success"),
+    ]
+    replay = write_replay(tmp_path / "replies.json", replies)
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        "run", "--engine", f"replay:{replay}", "--yes", "--secret", "PIN", "--trace-dir", str(run_dir), "Enter the PIN",
+        env={"QVL_SECRET_PIN": secret, "QVL_CONFIG_DIR": str(tmp_path / "config")},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert form.wait_state(lambda s: s["name"] == secret)["name"] == secret  # the value reached the window
+    assert secret not in result.stdout + result.stderr
+    for path in run_dir.iterdir():
+        assert secret.encode() not in path.read_bytes(), path
+    assert "{{PIN}}" in (run_dir / "trace.jsonl").read_text()

@@ -6,11 +6,17 @@ or the `QVL_BROWSER` environment variable, drive pages and print. Anything else 
 sentence naming the line and the reason: other imports (subprocess, socket, urllib, requests, httpx,
 pathlib, typing, ...), `os` beyond reading the environment, `eval`/`exec`/`compile`/`__import__`,
 reflection (`getattr`, `globals`, dunder attributes, frames), `open()`, string annotations, Playwright calls
-that write files or start other programs (`path=`, `save_as`, browser flags off the allow-list, an
-`executable_path` that does not come from the environment or `--browser`).
+that read or write local files, start other programs or send traffic elsewhere (`path=` but a relative
+screenshot/pdf path, `save_as`, `set_files`, `storage_state=`, `client_certificates=`, `proxy=`,
+`request.new_context()`, tracing names with folders, browser flags off the allow-list, an
+`executable_path` from anything but QVL_BROWSER or `--browser`), argparse's file readers, and printing
+without bound (in a loop, or a string repeated by a large or unknown count). A name bound to an import is
+that import everywhere in the script: binding it to anything else, anywhere, is refused.
 
-The policy is deliberately conservative: a script that a person wrote by hand may well be refused. It
-works on the syntax tree only; it never imports or runs the script.
+This is a lint, not the wall: it gives the model fast, clear reasons. What a script that slips through can
+reach is decided by the operating system sandbox it is verified in (`sandbox.py`). The policy is
+deliberately conservative: a script that a person wrote by hand may well be refused. It works on the
+syntax tree only; it never imports or runs the script.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ and returns how it ended, its last output and the files it wrote. What the scrip
   abstract unix sockets (X11, D-Bus) do not exist in there. The forwarder is a plain TCP relay, so TLS
   stays end to end. (The alternative, Chromium's --proxy-server and --host-resolver-rules, would need the
   script to launch Chromium our way and would leave Playwright's own HTTP client outside the rule.)
-- **Environment:** a handful of variables: PATH, HOME=/tmp, LANG, QVL_BROWSER.
+- **Environment:** six variables: PATH, HOME=/tmp, TMPDIR=/tmp, LANG, QVL_BROWSER, PYTHONDONTWRITEBYTECODE.
 """
 
 from __future__ import annotations
@@ -286,8 +286,13 @@ class _Forwarder:
 
     def __init__(self, path: Path, target) -> None:
         port = target.port or (443 if target.scheme == "https" else 80)
-        # Resolved once, now: the sandbox cannot steer a later lookup elsewhere.
-        self.addresses = [info[4][:2] for info in socket.getaddrinfo(target.hostname, port, type=socket.SOCK_STREAM)]
+        # Resolved once, now: the sandbox cannot steer a later lookup elsewhere. A name that does not resolve
+        # leaves no address: the script's connections then fail, and its own error says so.
+        try:
+            found = socket.getaddrinfo(target.hostname, port, type=socket.SOCK_STREAM)
+        except OSError:
+            found = []
+        self.addresses = [info[4][:2] for info in found]
         self.path = path
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))

@@ -1,5 +1,7 @@
 """Model-written Playwright scripts: pull the script out of a reply, check it against the policy, verify
-it by running it, and feed every failure back to the model, a bounded number of times.
+it by running it in the bubblewrap sandbox (`sandbox.py`), and feed every failure back to the model (the
+script's own last error lines), a bounded number of times. Files a verified script wrote are kept beside
+it (`save_script`); the last rejected attempt goes to OUT.rejected.py (`rejected_path`).
 
 Nothing here parses flags or prints: `commands/playwright.py` and the tray's script button call
 `write_script` and show its `Outcome`.
