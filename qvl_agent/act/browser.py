@@ -25,7 +25,16 @@ from qvl_agent.act.base import ActionResult
 from qvl_agent.errors import ActionError, BrowserError, UsageError
 from qvl_agent.image import Screenshot, load_image_bytes, to_pixels
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
-from qvl_agent.playwright.locate import Located, element_state, focused, is_unique, locate, to_playwright
+from qvl_agent.playwright.locate import (
+    KEY_LISTENERS_JS,
+    Located,
+    element_state,
+    focused,
+    is_unique,
+    locate,
+    point_on,
+    to_playwright,
+)
 
 SYSTEM_CHROMIUMS = (
     "chromium",
@@ -182,6 +191,7 @@ class BrowserExecutor:
             self.context = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
             self.context.set_default_timeout(ACTION_TIMEOUT_MS)
             self.context.add_init_script(_MUTATION_CLOCK)
+            self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
             self.page = self.context.new_page()
             self._watch(self.page)
@@ -326,6 +336,8 @@ class BrowserExecutor:
             self._text_before_last_click = self._page_text()
             px, py, located = self._target(action.x, action.y, shot, detail)
             detail["before"] = element_state(located.handle)
+            if located.handle is not None and located.locator["kind"] != "point":
+                detail.update(point_on(located.handle, px, py))  # for a replay at the run's own point
             button = {"right_click": "right", "middle_click": "middle"}.get(action.kind, "left")
             count = {"double_click": 2, "triple_click": 3}.get(action.kind, 1)
             mouse.click(px, py, button=button, click_count=count)
