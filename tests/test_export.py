@@ -393,7 +393,11 @@ def test_a_select_change_that_cannot_be_expressed_is_a_loud_comment_and_its_chec
 def test_key_names_with_newlines_and_quotes_cannot_break_the_script():
     odd = ['Control+"', "a\nboom()", "\\", "'''", '"""']
     steps = [dict(step("key", NAME, text(""), text(""), keys=k), describe=f"key {k}") for k in odd]
-    source = compile_run(URL, steps).source
+    point = step("double_click", {"kind": "point", "x": 4, "y": 5}, None, None, pixels=[[4, 5]])
+    steps.append(dict(point, describe="double_click\nboom()"))  # its note goes to the terminal too
+    compiled = compile_run(URL, steps, task='Press\x00 it\n"""')
+    assert all("\n" not in note for note in compiled.unexpressed) and compiled.unexpressed
+    source = compiled.source
     tree = ast.parse(source)
     check_script(source)
     pressed = [

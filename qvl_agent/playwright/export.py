@@ -45,6 +45,11 @@ class Compiled:
     unexpressed: list[str] = field(default_factory=list)  # steps the script could not express faithfully
 
 
+def _docstring_text(text: str) -> str:
+    """`text` on one line inside the script's docstring: no line breaks, no closing quotes, no escapes."""
+    return comment_text(" ".join(text.split())).replace("\\", "\\\\").replace('"""', "'''")
+
+
 def _origin(url: str) -> str:
     m = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", url)
     return m.group(0) if m else ""
@@ -154,18 +159,18 @@ def compile_run(
     if not any(line and not line.startswith("#") for line in lines):
         lines.append("pass")
     body = "\n".join(f"    {line}" for line in lines)
-    doc_task = " ".join((task or "(not recorded)").split()).replace("\\", "\\\\").replace('"""', "'''")
+    doc_task = _docstring_text(task or "(not recorded)")
     source = _TEMPLATE.format(
         title=doc_task[:80],
         task=doc_task,
-        filename=filename,
+        filename=_docstring_text(filename),
         start_url=q(start_url),
         width=viewport[0],
         height=viewport[1],
         chromium_args=json.dumps(SCRIPT_CHROMIUM_ARGS),
         body=body,
     )
-    return Compiled(source, compiler.unexpressed)
+    return Compiled(source, [comment_text(note) for note in compiler.unexpressed])
 
 
 def export_run(path: str | Path, start_url: str, steps: list[dict], final: dict | None, **kwargs) -> Compiled:

@@ -20,8 +20,10 @@ actions the offset inside the element and whether its centre would hit another t
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 TEXT_INPUT_TYPES = {"", "text", "email", "password", "search", "tel", "url", "number"}
 # Inputs whose value has one canonical form that `fill` takes, whatever keys the run typed into them.
 VALUE_INPUT_TYPES = {"date", "time", "datetime-local", "month", "week"}
@@ -57,8 +59,8 @@ def q(text: str) -> str:
 
 
 def comment_text(text: str) -> str:
-    """`text` made safe for a `#` comment: newlines, quotes' escapes and control characters escaped."""
-    return json.dumps(str(text), ensure_ascii=False)[1:-1]
+    """`text` on one line, safe for a `#` comment or a terminal: line breaks and control characters escaped."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
 def python_locator(locator: dict) -> str | None:
