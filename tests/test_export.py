@@ -407,3 +407,22 @@ def test_key_names_with_newlines_and_quotes_cannot_break_the_script():
     ]
     assert pressed == odd
     assert "boom()" not in [line.strip() for line in source.splitlines()]
+
+
+def test_a_drag_and_a_hover_keep_their_points_inside_elements_that_care():
+    volume = {"kind": "label", "text": "Volume"}
+    slider = at([10, 8], [40, 100, 200, 16], type_="range")
+    drag = step("left_click_drag", volume, **slider)
+    drag["detail"].update(
+        pixels=[[50, 108], [190, 108]], end_locator=volume, end_element=slider["element"], end_offset=[150, 8]
+    )
+    menu = step("mouse_move", GO, **at([5, 5], [0, 0, 60, 30], tag="button"))
+    text_box = step("mouse_move", NAME, **at([40, 5], [0, 0, 200, 30]))
+    lines = body(compile_run(URL, [drag, menu, text_box]).source)
+    volume_code = 'page.get_by_label("Volume", exact=True)'
+    assert lines[:3] == [
+        f'{volume_code}.drag_to({volume_code}, source_position={{"x": 10, "y": 8}}, '
+        'target_position={"x": 150, "y": 8})',
+        'page.get_by_role("button", name="Go", exact=True).hover()',
+        'page.get_by_role("textbox", name="Name", exact=True).hover(position={"x": 40, "y": 5})',
+    ]

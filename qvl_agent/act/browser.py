@@ -319,6 +319,8 @@ class BrowserExecutor:
         detail.setdefault("element", located.element)
         if located.handle is not None and located.locator["kind"] != "point":
             self._touched.append(located)
+            if "offset" not in detail:  # where inside the element: the replay acts at the run's own point
+                detail.update(point_on(located.handle, px, py))
         return px, py, located
 
     def _keyboard_target(self, detail: dict) -> Located | None:
@@ -336,8 +338,6 @@ class BrowserExecutor:
             self._text_before_last_click = self._page_text()
             px, py, located = self._target(action.x, action.y, shot, detail)
             detail["before"] = element_state(located.handle)
-            if located.handle is not None and located.locator["kind"] != "point":
-                detail.update(point_on(located.handle, px, py))  # for a replay at the run's own point
             button = {"right_click": "right", "middle_click": "middle"}.get(action.kind, "left")
             count = {"double_click": 2, "triple_click": 3}.get(action.kind, 1)
             mouse.click(px, py, button=button, click_count=count)
@@ -351,7 +351,11 @@ class BrowserExecutor:
                 mouse.move(sx, sy)
             ex, ey = to_pixels(action.x, action.y, shot)
             detail.setdefault("pixels", []).append([ex, ey])
-            detail["end_locator"] = locate(self.page, ex, ey).locator
+            end = locate(self.page, ex, ey)
+            detail["end_locator"] = end.locator
+            if end.handle is not None and end.locator["kind"] != "point":
+                detail["end_element"] = end.element
+                detail["end_offset"] = point_on(end.handle, ex, ey).get("offset")
             mouse.down()
             mouse.move(ex, ey, steps=10)
             mouse.up()

@@ -160,7 +160,8 @@ class StepCompiler:
             self.add(Op(lines, comment=note + " (locators scroll by themselves; kept for pixel steps)"))
         elif kind == "mouse_move":
             if code:
-                self.add(Op([f"{code}.hover()"], comment=note))
+                position = _position(kind, detail)
+                self.add(Op([f"{code}.hover({f'position={position}' if position else ''})"], comment=note))
             else:
                 x, y = detail["pixels"][0]
                 self.add(Op([f"page.mouse.move({x}, {y})"], comment=note))
@@ -217,7 +218,13 @@ class StepCompiler:
         end = detail.get("end_locator") or {}
         end_code = python_locator(end)
         if code and end_code and len(detail.get("pixels", [])) == 2:
-            self.add(Op([f"{code}.drag_to({end_code})"], comment=note))
+            args = [end_code]
+            start = _position("drag", detail)
+            end_point = {"offset": detail.get("end_offset"), "element": detail.get("end_element")}
+            stop = _position("drag", end_point)
+            args += [f"source_position={start}"] if start else []
+            args += [f"target_position={stop}"] if stop else []
+            self.add(Op([f"{code}.drag_to({', '.join(args)})"], comment=note))
             return
         pixels = detail.get("pixels", [])
         lines = []
