@@ -5,7 +5,8 @@ pixels through `parse.to_pixels` exactly as they map to screen pixels on the des
 the mouse, typing and keys through the keyboard (Qwen's key names mapped to Playwright's), scrolling
 through the wheel, just as a person would do it. Before every pointer action `locate` resolves the element
 under the point to a robust locator; it goes into `ActionResult.detail` (and so into the trace) together
-with the element's state before and after, which is what `export` compiles into a replayable script.
+with the element's state before and after (whether the page listens to key events there included) and
+the point inside the element, which is what `export` compiles into a replayable script.
 
 A browser that closes, a page that crashes or a page whose server stopped answering raise `BrowserError`
 with one sentence; the run stops there and its trace stays complete.

@@ -17,6 +17,11 @@ Locators are plain dicts so that they go into the trace as JSON and `export` can
     {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
     {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
 
+For the exporter it also records what an element's locator alone does not say: its state
+(`element_state`: value, every selected option, checked, editable, whether the page listens to key events
+on it, which needs `KEY_LISTENERS_JS` installed before the page's scripts) and where inside it a pointer
+action hit (`point_on`).
+
 The page object is Playwright's sync `Page`; this module does not import Playwright itself.
 """
 
