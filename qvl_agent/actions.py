@@ -188,7 +188,7 @@ def to_arguments(action: Action) -> dict:
 
 # C0 and C1 control characters (escape sequences, carriage return, backspace) and the bidi overrides that
 # reorder what a terminal shows: model text must never drive the person's terminal.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str, keep: str = "") -> str:

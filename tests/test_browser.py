@@ -12,17 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.playwright.policy import check_script
 from qvl_agent.trace import read_trace
 from tests.conftest import run_cli
-from tests.pages.helpers import CHROMIUM, call, click_at, element_centres, measure_along, write_replay
+from tests.pages.helpers import (
+    CHROMIUM,
+    ENV,
+    browse,
+    call,
+    click_at,
+    element_centres,
+    exported,
+    measure_along,
+    replay_script,
+    write_replay,
+)
 from tests.pages.server import PageServer
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
-ENV = {"QVL_BROWSER": CHROMIUM}
 
 
 @pytest.fixture
@@ -30,47 +39,6 @@ def server():
     srv = PageServer().start()
     yield srv
     srv.stop()
-
-
-def browse(tmp_path: Path, url: str, replies: list[str], task: str, *extra: str):
-    replay = write_replay(tmp_path / "replies.json", replies)
-    env = dict(ENV, QVL_CONFIG_DIR=str(tmp_path / "config"))
-    return run_cli(
-        "browse",
-        "--url",
-        url,
-        "--engine",
-        f"replay:{replay}",
-        "--export",
-        str(tmp_path / "out.py"),
-        "--trace-dir",
-        str(tmp_path / "trace"),
-        *extra,
-        task,
-        env=env,
-        timeout=180,
-    )
-
-
-def replay_script(script: Path, *args: str) -> subprocess.CompletedProcess:
-    """`python out.py` as a user would run it: no qvl_agent on the path, a fresh browser."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(ENV)
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        cwd=script.parent,
-    )
-
-
-def exported(tmp_path: Path) -> str:
-    source = (tmp_path / "out.py").read_text()
-    assert "qvl_agent" not in source
-    check_script(source)  # exported scripts pass the same policy as model-written ones
-    return source
 
 
 def test_login_form_run_exports_a_script_that_signs_in_again(tmp_path, server):

@@ -205,3 +205,224 @@ def test_an_exported_script_without_a_browser_says_so_in_one_line(tmp_path):
     assert out.returncode == 1
     assert out.stderr.strip() == "No Chromium found: pass --browser PATH or set QVL_BROWSER."
     assert out.stdout == ""
+
+
+NOTE = {"kind": "role", "role": "textbox", "name": "Note"}
+DAY = {"kind": "label", "text": "Arrival date"}
+PIN = {"kind": "label", "text": "Code"}
+TOPPINGS = {"kind": "role", "role": "listbox", "name": "Toppings"}
+WORDS = {"kind": "text", "text": "apple banana cherry fig"}
+
+
+def at(offset, box, tag="input", type_="", hits_other=False, role=""):
+    """What the executor records about where a pointer action hit its element."""
+    element = {"tag": tag, "type": type_, "role": role, "css": "#x", "box": box}
+    return {"pixels": [[1, 1]], "offset": offset, "element": element, "centre_hits_other": hits_other}
+
+
+def multi(values, labels):
+    return {
+        "tag": "select",
+        "type": "",
+        "multiple": True,
+        "value": values[:1] and values[0] or "",
+        "values": values,
+        "labels": labels,
+    }
+
+
+def test_keys_the_page_listens_to_stay_key_presses_after_a_click_at_the_run_s_point():
+    listening = {"tag": "input", "type": "", "value": "", "keys": True}
+    steps = [
+        step("left_click", PIN, listening, listening, **at([12, 9], [100, 100, 160, 30])),
+        step("type", PIN, listening, listening, text="7342"),  # the page cleared the field on every key
+        step("key", PIN, listening, listening, keys="Backspace"),
+    ]
+    assert body(compile_run(URL, steps).source)[:3] == [
+        'page.get_by_label("Code", exact=True).click(position={"x": 12, "y": 9})',
+        'page.get_by_label("Code", exact=True).press_sequentially("7342")',
+        'page.get_by_label("Code", exact=True).press("Backspace")',
+    ]
+
+
+def test_a_field_that_rewrites_what_was_typed_keeps_the_keys_even_without_a_known_listener():
+    steps = [step("type", NAME, text(""), text(""), text="7342")]  # typed, yet the value stayed empty
+    assert body(compile_run(URL, steps).source)[0].endswith('.press_sequentially("7342")')
+
+
+def test_select_all_stays_a_key_press_before_copy_and_is_folded_into_typing_that_replaces_it():
+    source = compile_run(
+        URL,
+        [
+            step("left_click", NAME, text("TRK-1"), text("TRK-1"), **at([5, 5], [0, 0, 100, 20])),
+            step("key", NAME, text("TRK-1"), text("TRK-1"), keys="Control+a"),
+            step("key", NAME, text("TRK-1"), text("TRK-1"), keys="Control+c"),
+            step("left_click", AGREE, box(False), box(True), pixels=[[1, 1]]),
+            step("left_click", NAME, text("TRK-1"), text("TRK-1"), **at([5, 5], [0, 0, 100, 20])),
+            step("key", NAME, text("TRK-1"), text("TRK-1"), keys="Control+a"),
+            step("type", NAME, text("TRK-1"), text("Ada"), text="Ada"),
+        ],
+    ).source
+    name = 'page.get_by_role("textbox", name="Name", exact=True)'
+    assert body(source)[:5] == [
+        f'{name}.click(position={{"x": 5, "y": 5}})',
+        f'{name}.press("Control+a")',
+        f'{name}.press("Control+c")',
+        'page.get_by_label("I agree", exact=True).check()',
+        f'{name}.fill("Ada")',
+    ]
+
+
+def test_a_date_typed_as_keystrokes_is_filled_in_its_iso_form_or_typed_where_the_run_clicked():
+    date = {"tag": "input", "type": "date", "value": ""}
+    done = {"tag": "input", "type": "date", "value": "2025-03-15"}
+    filled = compile_run(
+        URL,
+        [
+            step("left_click", DAY, date, date, **at([14, 12], [40, 100, 150, 30])),
+            step("type", DAY, date, done, text="03152025"),
+        ],
+    ).source
+    assert body(filled)[0] == 'page.get_by_label("Arrival date", exact=True).fill("2025-03-15")'
+    partial = compile_run(
+        URL,
+        [
+            step("left_click", DAY, date, date, **at([14, 12], [40, 100, 150, 30])),
+            step("type", DAY, date, date, text="0315"),  # not a whole date yet: no value to fill
+        ],
+    ).source
+    assert body(partial)[:2] == [
+        'page.get_by_label("Arrival date", exact=True).click(position={"x": 14, "y": 12})',
+        'page.keyboard.type("0315")',
+    ]
+
+
+def test_a_multi_select_keeps_every_option_chosen_with_ctrl():
+    none, ham, both = multi([], []), multi(["ham"], ["Ham"]), multi(["ham", "onion"], ["Ham", "Onion"])
+    steps = [
+        step("left_click", TOPPINGS, none, ham, **at([20, 30], [0, 0, 55, 87], tag="select")),
+        step("key", TOPPINGS, ham, ham, keys="Control+ArrowDown"),
+        step("key", TOPPINGS, ham, ham, keys="Control+ArrowDown"),
+        step("key", TOPPINGS, ham, both, keys="Control+Space"),
+    ]
+    final = {"url": URL, "fields": [{"locator": TOPPINGS, "state": both}], "new_text": []}
+    lines = body(compile_run(URL, steps, final).source)
+    toppings = 'page.get_by_role("listbox", name="Toppings", exact=True)'
+    assert lines == [
+        f'{toppings}.select_option(label=["Ham", "Onion"])',
+        'expect(page).to_have_url(origin + "/form.html")',
+        f'expect({toppings}).to_have_values(["ham", "onion"])',
+    ]
+
+
+def test_a_double_click_keeps_its_point_and_a_button_click_needs_none():
+    words = {"tag": "p", "type": ""}
+    steps = [
+        step("double_click", WORDS, words, words, **at([300.5, 11], [40, 60, 420, 24], tag="p")),
+        step("left_click", GO, {"tag": "button"}, {"tag": "button"}, **at([3, 4], [0, 0, 60, 30], tag="button")),
+        step("left_click", GO, {"tag": "button"}, {"tag": "button"}, **at([3, 4], [0, 0, 60, 30], "button", "", True)),
+        step("left_click", AGREE, box(True), box(True), **at([-40, 4], [0, 0, 13, 13], type_="checkbox")),
+    ]
+    assert body(compile_run(URL, steps).source)[:4] == [
+        'page.get_by_text("apple banana cherry fig", exact=True).dblclick(position={"x": 300.5, "y": 11})',
+        'page.get_by_role("button", name="Go", exact=True).click()',
+        # its centre would hit another target: the run's point it is
+        'page.get_by_role("button", name="Go", exact=True).click(position={"x": 3, "y": 4})',
+        'page.get_by_label("I agree", exact=True).click()',  # clicked through its label: outside its box
+    ]
+
+
+def test_a_contenteditable_element_is_checked_by_its_text_never_by_a_value():
+    editor = {"tag": "div", "type": "", "value": "Buy oat milk\n", "editable": True}
+    final = {"url": URL, "fields": [{"locator": NOTE, "state": editor}], "new_text": []}
+    lines = body(
+        compile_run(URL, [step("type", NOTE, dict(editor, value=""), editor, text="Buy oat milk")], final).source
+    )
+    assert lines[0] == 'page.get_by_role("textbox", name="Note", exact=True).fill("Buy oat milk\\n")'
+    note = 'page.get_by_role("textbox", name="Note", exact=True)'
+    assert lines[-1] == f'expect({note}).to_have_text("Buy oat milk\\n", use_inner_text=True)'
+    assert not any("to_have_value" in line for line in lines)
+
+
+def test_a_select_committed_by_tab_or_by_a_later_click_becomes_select_option():
+    by_tab = compile_run(
+        URL,
+        [
+            step("left_click", COUNTRY, sel("", "Choose"), sel("", "Choose"), pixels=[[3, 3]]),
+            step("type", COUNTRY, sel("", "Choose"), sel("", "Choose"), text="Ger"),
+            step("key", COUNTRY, sel("", "Choose"), sel("de", "Germany"), keys="Tab"),
+        ],
+    ).source
+    country = 'page.get_by_role("combobox", name="Country", exact=True)'
+    assert body(by_tab)[:2] == [f'{country}.select_option(label="Germany")', f'{country}.press("Tab")']
+    later = [
+        step("left_click", COUNTRY, sel("", "Choose"), sel("", "Choose"), pixels=[[3, 3]]),
+        step("type", COUNTRY, sel("", "Choose"), sel("", "Choose"), text="Ger"),
+        step("left_click", GO, {"tag": "button"}, {"tag": "button"}, pixels=[[1, 1]]),  # commits the list
+    ]
+    final = {"url": URL, "fields": [{"locator": COUNTRY, "state": sel("de", "Germany")}], "new_text": ["Saved"]}
+    lines = body(compile_run(URL, later, final).source)
+    assert lines[:2] == [
+        f'{country}.select_option(label="Germany")',
+        'page.get_by_role("button", name="Go", exact=True).click()',
+    ]
+    assert f'expect({country}).to_have_value("de")' in lines
+
+
+def test_a_select_change_that_cannot_be_expressed_is_a_loud_comment_and_its_checks_are_dropped():
+    unlabelled = {"tag": "select", "type": "", "value": "de"}  # which option it was is not known
+    steps = [
+        step("left_click", COUNTRY, sel("", "Choose"), sel("", "Choose"), pixels=[[3, 3]]),
+        step("type", COUNTRY, sel("", "Choose"), sel("", "Choose"), text="Ger"),
+        step("left_click", GO, {"tag": "button"}, {"tag": "button"}, pixels=[[1, 1]]),
+    ]
+    final = {
+        "url": URL,
+        "fields": [{"locator": COUNTRY, "state": unlabelled}, {"locator": NAME, "state": text("Ada")}],
+        "new_text": ["Saved for Germany"],
+    }
+    compiled = compile_run(URL, steps, final)
+    lines = body(compiled.source)
+    assert not any("Country" in line for line in lines)  # no action on it, and no check of it
+    assert 'expect(page.get_by_role("textbox", name="Name", exact=True)).to_have_value("Ada")' in lines
+    assert not any("Saved for Germany" in line for line in lines)
+    assert "# !!! NOT REPLAYED: step 2: type (moves the highlight)" in compiled.source
+    assert any("NOT REPLAYED" in note for note in compiled.unexpressed)
+
+
+def test_key_names_with_newlines_and_quotes_cannot_break_the_script():
+    odd = ['Control+"', "a\nboom()", "\\", "'''", '"""']
+    steps = [dict(step("key", NAME, text(""), text(""), keys=k), describe=f"key {k}") for k in odd]
+    point = step("double_click", {"kind": "point", "x": 4, "y": 5}, None, None, pixels=[[4, 5]])
+    steps.append(dict(point, describe="double_click\nboom()"))  # its note goes to the terminal too
+    compiled = compile_run(URL, steps, task='Press\x00 it\n"""')
+    assert all("\n" not in note for note in compiled.unexpressed) and compiled.unexpressed
+    source = compiled.source
+    tree = ast.parse(source)
+    check_script(source)
+    pressed = [
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "press" and node.args
+    ]
+    assert pressed == odd
+    assert "boom()" not in [line.strip() for line in source.splitlines()]
+
+
+def test_a_drag_and_a_hover_keep_their_points_inside_elements_that_care():
+    volume = {"kind": "label", "text": "Volume"}
+    slider = at([10, 8], [40, 100, 200, 16], type_="range")
+    drag = step("left_click_drag", volume, **slider)
+    drag["detail"].update(
+        pixels=[[50, 108], [190, 108]], end_locator=volume, end_element=slider["element"], end_offset=[150, 8]
+    )
+    menu = step("mouse_move", GO, **at([5, 5], [0, 0, 60, 30], tag="button"))
+    text_box = step("mouse_move", NAME, **at([40, 5], [0, 0, 200, 30]))
+    lines = body(compile_run(URL, [drag, menu, text_box]).source)
+    volume_code = 'page.get_by_label("Volume", exact=True)'
+    assert lines[:3] == [
+        f'{volume_code}.drag_to({volume_code}, source_position={{"x": 10, "y": 8}}, '
+        'target_position={"x": 150, "y": 8})',
+        'page.get_by_role("button", name="Go", exact=True).hover()',
+        'page.get_by_role("textbox", name="Name", exact=True).hover(position={"x": 40, "y": 5})',
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from qvl_agent.playwright.locate import focused, locate, to_playwright
+from qvl_agent.playwright.locate import element_state, focused, locate, point_on, to_playwright
 from tests.pages.helpers import CHROMIUM
 from tests.pages.server import PageServer
 
@@ -98,3 +98,64 @@ def test_the_focused_field_is_resolved_for_typing(page):
     assert focused(page).locator == {"kind": "role", "role": "textbox", "name": "Coupon code"}
     page.evaluate("() => document.activeElement.blur()")
     assert focused(page) is None
+
+
+@pytest.fixture(scope="module")
+def recorder(page):
+    """A page opened the way the browser executor opens it: key listeners counted from the start."""
+    from qvl_agent.playwright.locate import KEY_LISTENERS_JS
+
+    server = PageServer().start()
+    context = page.context.browser.new_context(viewport={"width": 1280, "height": 800})
+    context.add_init_script(KEY_LISTENERS_JS)
+    yield server, context.new_page()
+    context.close()
+    server.stop()
+
+
+def test_the_recorded_state_says_whether_the_page_listens_to_keys(recorder):
+    server, page = recorder
+    page.goto(server.url + "/pin.html")
+    assert element_state(page.locator("#pin").element_handle())["keys"] is True
+    page.goto(server.url + "/clipboard.html")
+    assert "keys" not in element_state(page.locator("#lookup").element_handle())
+    page.evaluate("() => { document.onkeydown = () => {}; }")  # a page-wide shortcut handler counts too
+    assert element_state(page.locator("#lookup").element_handle())["keys"] is True
+
+
+def test_the_recorded_state_of_a_multi_select_and_an_editor(recorder):
+    server, page = recorder
+    page.goto(server.url + "/toppings.html")
+    page.locator("#toppings").select_option(["olives", "ham"])
+    state = element_state(page.locator("#toppings").element_handle())
+    assert state["multiple"] and state["values"] == ["ham", "olives"] and state["labels"] == ["Ham", "Olives"]
+    page.goto(server.url + "/notes.html")
+    page.locator("#editor").fill("Buy oat milk")
+    state = element_state(page.locator("#editor").element_handle())
+    assert state["editable"] and state["value"] == "Buy oat milk"
+
+
+def test_the_point_inside_an_element_replays_where_the_run_acted(recorder):
+    server, page = recorder
+    page.goto(server.url + "/words.html")
+    fig = page.evaluate(
+        "() => { const n = document.querySelector('#words').firstChild; const i = n.data.indexOf('fig');"
+        " const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 3);"
+        " const b = r.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }"
+    )
+    words = page.locator("#words")
+    found = point_on(words.element_handle(), *fig)
+    assert found["centre_hits_other"] is False  # the same paragraph: only the offset tells the word
+    x, y = found["offset"]
+    words.dblclick(position={"x": x, "y": y})  # what the export writes: the run's word, not the centre's
+    assert page.evaluate("() => window.getSelection().toString().trim()") == "fig"
+    words.dblclick()
+    assert page.evaluate("() => window.getSelection().toString().trim()") != "fig"
+
+
+def test_a_click_through_a_label_does_not_count_as_hitting_another_target(recorder):
+    server, page = recorder
+    page.goto(server.url + "/prefs.html")
+    label = page.locator("label[for=ads]").bounding_box()
+    found = point_on(page.locator("#ads").element_handle(), label["x"] + 5, label["y"] + label["height"] / 2)
+    assert found["centre_hits_other"] is False

@@ -5,7 +5,8 @@ pixels through `image.to_pixels` exactly as they map to screen pixels on the des
 the mouse, typing and keys through the keyboard (Qwen's key names mapped to Playwright's), scrolling
 through the wheel, just as a person would do it. Before every pointer action `locate` resolves the element
 under the point to a robust locator; it goes into `ActionResult.detail` (and so into the trace) together
-with the element's state before and after, which is what `export` compiles into a replayable script.
+with the element's state before and after (whether the page listens to key events there included) and
+the point inside the element, which is what `export` compiles into a replayable script.
 
 A browser that closes, a page that crashes or a page whose server stopped answering raise `BrowserError`
 with one sentence; the run stops there and its trace stays complete.
@@ -27,7 +28,16 @@ from qvl_agent.act.keys import PLAYWRIGHT, canonical
 from qvl_agent.errors import ActionError, BrowserError, UsageError
 from qvl_agent.image import Screenshot, load_image_bytes, to_pixels
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
-from qvl_agent.playwright.locate import Located, element_state, focused, is_unique, locate, to_playwright
+from qvl_agent.playwright.locate import (
+    KEY_LISTENERS_JS,
+    Located,
+    element_state,
+    focused,
+    is_unique,
+    locate,
+    point_on,
+    to_playwright,
+)
 
 SYSTEM_CHROMIUMS = (
     "chromium",
@@ -147,6 +157,7 @@ class BrowserExecutor:
             self.context = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
             self.context.set_default_timeout(ACTION_TIMEOUT_MS)
             self.context.add_init_script(_MUTATION_CLOCK)
+            self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
             if self.allowed_domains:
                 self.context.route("**/*", self._guard_navigation)
@@ -322,6 +333,8 @@ class BrowserExecutor:
         detail.setdefault("element", located.element)
         if located.handle is not None and located.locator["kind"] != "point":
             self._touched.append(located)
+            if "offset" not in detail:  # where inside the element: the replay acts at the run's own point
+                detail.update(point_on(located.handle, px, py))
         return px, py, located
 
     def _keyboard_target(self, detail: dict) -> Located | None:
@@ -352,7 +365,11 @@ class BrowserExecutor:
                 mouse.move(sx, sy)
             ex, ey = to_pixels(action.x, action.y, shot)
             detail.setdefault("pixels", []).append([ex, ey])
-            detail["end_locator"] = locate(self.page, ex, ey).locator
+            end = locate(self.page, ex, ey)
+            detail["end_locator"] = end.locator
+            if end.handle is not None and end.locator["kind"] != "point":
+                detail["end_element"] = end.element
+                detail["end_offset"] = point_on(end.handle, ex, ey).get("offset")
             mouse.down()
             mouse.move(ex, ey, steps=10)
             mouse.up()

@@ -6,13 +6,17 @@ run left one, the final state the executor checked in the live page (`final.json
 using Playwright's sync API, importing nothing from qvl_agent, that
 
   - opens the start URL (`--url` overrides it; recorded URLs on the same origin follow the override),
-  - acts through locators: a click then typing into a field becomes `fill`, a checkbox click `check` /
-    `uncheck`, a select whose value changed `select_option`, other clicks `click`; only a click whose
-    element had no unique locator falls back to the recorded CSS pixel,
+  - acts through locators (`steps.py`): a click then typing into a field becomes `fill` (a date input's
+    value in its ISO form), a checkbox click `check` / `uncheck`, a select's choice `select_option` with
+    every selected option, other clicks `click`, at the run's own point inside the element where a centre
+    click would act elsewhere; keys the page listens to stay key presses; only a click whose element had
+    no unique locator falls back to the recorded CSS pixel,
   - waits the way Playwright recommends: auto-waiting locator actions and `expect(page).to_have_url`
     after a step that navigated, never fixed sleeps,
-  - ends with `expect` assertions on the final state: values of fields, checked states, the URL, and
-    text that appeared after the last click.
+  - ends with `expect` assertions on the final state that the steps produce (`assertions.py`): values of
+    fields, text of editable elements, checked states, the URL, and text that appeared after the last
+    click; a step it cannot express is a loud `# !!! NOT REPLAYED` comment, and the checks that depend
+    on it are left out.
 
 The script reads the browser executable from `--browser PATH` or `$QVL_BROWSER`, else Playwright's own.
 This module is pure: no Playwright, no browser, no file system except `export_run`.
@@ -25,64 +29,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.actions import printable
 from qvl_agent.playwright import secret_refs
+from qvl_agent.playwright.assertions import end_state_assertions
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
+from qvl_agent.playwright.steps import Op, StepCompiler, comment_text, python_locator, q, target_key
+
+__all__ = ["Compiled", "compile_run", "export_run", "export_trace", "python_locator", "write_browser_info"]
 
 # Chromium flags the exported script passes (the same as the executor's): no network calls of its own.
 SCRIPT_CHROMIUM_ARGS = list(CHROMIUM_ARGS)
-TEXT_INPUT_TYPES = {"", "text", "email", "password", "search", "tel", "url", "number"}
-# Keys that only edit a field's text: their effect is already in the value `fill` writes.
-EDITING_KEYS = {"Backspace", "Delete", "ArrowLeft", "ArrowRight", "Home", "End", "Control+a", "Meta+a"}
-SELECT_STEPS = ("open-select", "select-typing", "select")
-POINTER_KINDS = {"left_click", "right_click", "middle_click", "double_click", "triple_click"}
-
-
-def q(text: str) -> str:
-    """A Python string literal (double quotes, as the rest of the script)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def python_locator(locator: dict) -> str | None:
-    """Playwright code for a locator dict from `act.locate`; None for a point."""
-    kind = locator.get("kind")
-    if kind == "role":
-        return f"page.get_by_role({q(locator['role'])}, name={q(locator['name'])}, exact=True)"
-    if kind == "label":
-        return f"page.get_by_label({q(locator['text'])}, exact=True)"
-    if kind == "placeholder":
-        return f"page.get_by_placeholder({q(locator['text'])}, exact=True)"
-    if kind == "testid":
-        return f"page.get_by_test_id({q(locator['value'])})"
-    if kind == "text":
-        return f"page.get_by_text({q(locator['text'])}, exact=True)"
-    if kind == "css":
-        return f"page.locator({q(locator['selector'])})"
-    return None
-
-
-def _is_text_field(state: dict | None) -> bool:
-    if not state or "checked" in state or state.get("tag") == "select":
-        return False
-    if state.get("tag") == "input":
-        return state.get("type", "") in TEXT_INPUT_TYPES
-    return "value" in state  # textarea or contenteditable
-
-
-def _key_of(locator: dict | None) -> str:
-    return json.dumps(locator, sort_keys=True) if locator else ""
-
-
-@dataclass
-class _Op:
-    """One line (or a few) of the replay, tied to the element it acts on."""
-
-    code: list[str]
-    target: str = ""  # _key_of(locator)
-    kind: str = ""  # "click-field", "fill", ...
-    fill_value: str = ""
-    comment: str = ""
-    url_after: str = ""
 
 
 @dataclass
@@ -91,180 +46,14 @@ class Compiled:
     unexpressed: list[str] = field(default_factory=list)  # steps the script could not express faithfully
 
 
-class _Compiler:
-    def __init__(self, start_url: str):
-        self.start_url = start_url
-        self.origin = _origin(start_url)
-        self.ops: list[_Op] = []
-        self.unexpressed: list[str] = []
-
-    def url_expr(self, url: str) -> str:
-        if self.origin and url.startswith(self.origin):
-            return f"origin + {q(url[len(self.origin) :])}"
-        return q(url)
-
-    def add(self, op: _Op) -> None:
-        self.ops.append(op)
-
-    def step(self, n: int, kind: str, detail: dict, describe: str) -> None:
-        locator = detail.get("locator")
-        code = python_locator(locator) if locator else None
-        before, after = detail.get("before"), detail.get("after")
-        note = f"step {n}: {describe}"
-        if kind in POINTER_KINDS:
-            self._pointer(kind, locator, code, before, after, detail, note)
-        elif kind == "type":
-            self._type(detail.get("text", ""), locator, code, before, after, note)
-        elif kind == "key":
-            self._key(detail.get("keys", ""), locator, code, before, after, note)
-        elif kind in ("scroll", "hscroll"):
-            dx, dy = detail.get("wheel", [0, 0])
-            lines = []
-            if detail.get("pixels"):
-                x, y = detail["pixels"][0]
-                lines.append(f"page.mouse.move({x}, {y})")
-            lines.append(f"page.mouse.wheel({dx}, {dy})")
-            self.add(_Op(lines, comment=note + " (locators scroll by themselves; kept for pixel steps)"))
-        elif kind == "mouse_move":
-            if code:
-                self.add(_Op([f"{code}.hover()"], comment=note))
-            else:
-                x, y = detail["pixels"][0]
-                self.add(_Op([f"page.mouse.move({x}, {y})"], comment=note))
-        elif kind == "left_click_drag":
-            self._drag(detail, code, note)
-        elif kind == "wait":
-            self.add(_Op([], comment=note + " (not replayed: locators and expect wait by themselves)"))
-
-    def _pointer(self, kind, locator, code, before, after, detail, note) -> None:
-        if code is None:
-            x, y = detail["pixels"][0]
-            button = {"right_click": "right", "middle_click": "middle"}.get(kind, "left")
-            count = {"double_click": 2, "triple_click": 3}.get(kind, 1)
-            extra = (f', button="{button}"' if button != "left" else "") + (
-                f", click_count={count}" if count > 1 else ""
-            )
-            self.unexpressed.append(f"{note}: no unique locator, replayed at CSS pixel ({x}, {y})")
-            self.add(_Op([f"page.mouse.click({x}, {y}{extra})"], comment=note + " (no unique locator)"))
-            return
-        target = _key_of(locator)
-        if kind == "left_click" and before and "checked" in before and after and "checked" in after:
-            if before["checked"] != after["checked"]:
-                verb = "check" if after["checked"] else "uncheck"
-                self.add(_Op([f"{code}.{verb}()"], target, verb, comment=note))
-                return
-        if kind == "left_click" and before and before.get("tag") == "select":
-            if _changed(before, after):
-                self._select(locator, code, after, note)
-            else:
-                # Opening a select's popup is not a state change; choosing the option is, and comes later.
-                self.add(_Op([], target, "open-select", comment=note + " (opens the list)"))
-            return
-        method = {
-            "left_click": "click()",
-            "right_click": 'click(button="right")',
-            "middle_click": 'click(button="middle")',
-            "double_click": "dblclick()",
-            "triple_click": "click(click_count=3)",
-        }[kind]
-        # A click into a text field (selecting its text included) is folded into a `fill` that follows.
-        field_click = kind in ("left_click", "double_click", "triple_click") and _is_text_field(before)
-        self.add(_Op([f"{code}.{method}"], target, "click-field" if field_click else "click", comment=note))
-
-    def _fill(self, locator, code, value: str, note: str) -> None:
-        target = _key_of(locator)
-        # Merge with the field's earlier click and typing: one `fill` with the value the field ended with.
-        while self.ops and self.ops[-1].target == target and self.ops[-1].kind in ("click-field", "fill"):
-            self.ops.pop()
-        self.add(_Op([f"{code}.fill({q(value)})"], target, "fill", fill_value=value, comment=note))
-
-    def _type(self, text, locator, code, before, after, note) -> None:
-        if code and _is_text_field(before):
-            head, newline, _ = text.partition("\n")
-            submits = bool(newline) and before.get("tag") == "input"  # Enter in a textarea is just text
-            if after is not None:
-                self._fill(locator, code, after.get("value", ""), note)
-            else:  # the typing submitted the form: the field is gone, so rebuild the value it had
-                self._fill(locator, code, (before.get("value") or "") + head, note)
-            if submits:
-                self.add(_Op([f'{code}.press("Enter")'], _key_of(locator), "press", comment=note))
-            return
-        if code and before and before.get("tag") == "select":
-            self._select_keys(locator, code, before, after, note)
-            return
-        self.add(_Op([f"page.keyboard.type({q(text)})"], comment=note))
-
-    def _select_keys(self, locator, code, before, after, note) -> None:
-        if _changed(before, after):
-            self._select(locator, code, after, note)
-        else:
-            # Typing into an open list only moves its highlight; the choice becomes one select_option.
-            self.add(_Op([], _key_of(locator), "select-typing", comment=note + " (moves the highlight)"))
-
-    def _select(self, locator, code, after, note) -> None:
-        target = _key_of(locator)
-        while self.ops and self.ops[-1].target == target and self.ops[-1].kind in SELECT_STEPS:
-            self.ops.pop()
-        option = q(after.get("label", ""))
-        self.add(_Op([f"{code}.select_option(label={option})"], target, "select", comment=note))
-
-    def _key(self, keys, locator, code, before, after, note) -> None:
-        if code and _is_text_field(before) and keys in EDITING_KEYS and after is not None:
-            self._fill(locator, code, after.get("value", ""), note)
-            return
-        if code and before and before.get("tag") == "select" and keys != "Tab":
-            self._select_keys(locator, code, before, after, note)
-            return
-        if code and before and "checked" in before and after and before["checked"] != after.get("checked"):
-            verb = "check" if after["checked"] else "uncheck"
-            self.add(_Op([f"{code}.{verb}()"], _key_of(locator), verb, comment=note))
-            return
-        if code:
-            self.add(_Op([f"{code}.press({q(keys)})"], _key_of(locator), "press", comment=note))
-        else:
-            self.add(_Op([f"page.keyboard.press({q(keys)})"], comment=note))
-
-    def _drag(self, detail, code, note) -> None:
-        end = detail.get("end_locator") or {}
-        end_code = python_locator(end)
-        if code and end_code and len(detail.get("pixels", [])) == 2:
-            self.add(_Op([f"{code}.drag_to({end_code})"], comment=note))
-            return
-        pixels = detail.get("pixels", [])
-        lines = []
-        if len(pixels) == 2:
-            lines.append(f"page.mouse.move({pixels[0][0]}, {pixels[0][1]})")
-        ex, ey = pixels[-1]
-        lines += ["page.mouse.down()", f"page.mouse.move({ex}, {ey}, steps=10)", "page.mouse.up()"]
-        self.unexpressed.append(f"{note}: drag replayed by CSS pixels")
-        self.add(_Op(lines, comment=note + " (by pixels)"))
-
-
-def _changed(before: dict | None, after: dict | None) -> bool:
-    return bool(before and after and after.get("value") != before.get("value"))
+def _docstring_text(text: str) -> str:
+    """`text` on one line inside the script's docstring: no line breaks, no closing quotes, no escapes."""
+    return comment_text(" ".join(text.split())).replace("\\", "\\\\").replace('"""', "'''")
 
 
 def _origin(url: str) -> str:
     m = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", url)
     return m.group(0) if m else ""
-
-
-def _assertions(compiler: _Compiler, final: dict | None, last_url: str) -> list[str]:
-    lines = []
-    url = (final or {}).get("url") or last_url
-    if url and not url.startswith(("chrome-error:", "about:")):
-        lines.append(f"expect(page).to_have_url({compiler.url_expr(url)})")
-    for item in (final or {}).get("fields", []):
-        code, state = python_locator(item["locator"]), item["state"]
-        if code is None:
-            continue
-        if "checked" in state:
-            lines.append(f"expect({code}).{'to_be_checked' if state['checked'] else 'not_to_be_checked'}()")
-        elif "value" in state:
-            lines.append(f"expect({code}).to_have_value({q(state['value'])})")
-    for text in (final or {}).get("new_text", []):
-        lines.append(f"expect(page.get_by_text({q(text)}, exact=True)).to_be_visible()")
-    return lines
 
 
 _TEMPLATE = '''#!/usr/bin/env python3
@@ -341,7 +130,12 @@ def compile_run(
     filename: str = "replay.py",
 ) -> Compiled:
     """Python source replaying `steps` (each {"kind", "ok", "detail", "describe"}) from `start_url`."""
-    compiler = _Compiler(start_url)
+    origin = _origin(start_url)
+
+    def url_expr(url: str) -> str:
+        return f"origin + {q(url[len(origin) :])}" if origin and url.startswith(origin) else q(url)
+
+    compiler = StepCompiler()
     last_url = start_url
     for n, step in enumerate(steps, start=1):
         if not step.get("ok", True) or not step.get("detail"):
@@ -349,28 +143,28 @@ def compile_run(
         detail = step["detail"]
         url_before = detail.get("url", last_url)
         if url_before != last_url and compiler.ops:
-            compiler.add(_Op([f"expect(page).to_have_url({compiler.url_expr(url_before)})"], comment=""))
+            compiler.add(Op([f"expect(page).to_have_url({url_expr(url_before)})"]))
         last_url = url_before
         compiler.step(n, step["kind"], detail, step.get("describe", step["kind"]))
-    if final and final.get("url") and final["url"] != last_url and compiler.ops:
-        last_url = final["url"]
+    final_fields = {target_key(item["locator"]): item["state"] for item in (final or {}).get("fields", [])}
+    compiler.settle_selects(final_fields)
     lines: list[str] = []
     for op in compiler.ops:
         if op.comment:
-            lines.append(f"# {printable(op.comment)}")  # a key named "\n" must not end the comment
+            lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment
         lines.extend(op.code)
-    checks = _assertions(compiler, final, last_url)
+    checks = end_state_assertions(final, last_url, url_expr, compiler.lost)
     if checks:
         lines.append("# the recorded end state")
         lines.extend(checks)
     if not any(line and not line.startswith("#") for line in lines):
         lines.append("pass")
     body = "\n".join(f"    {line}" for line in lines)
-    doc_task = " ".join((task or "(not recorded)").split()).replace("\\", "\\\\").replace('"""', "'''")
+    doc_task = _docstring_text(task or "(not recorded)")
     source = _TEMPLATE.format(
         title=doc_task[:80],
         task=doc_task,
-        filename=filename,
+        filename=_docstring_text(filename),
         start_url=q(start_url),
         width=viewport[0],
         height=viewport[1],
@@ -378,7 +172,7 @@ def compile_run(
         body=body,
     )
     source = secret_refs.read_from_environment(source)  # {{NAME}} -> os.environ["QVL_SECRET_NAME"]
-    return Compiled(source, compiler.unexpressed)
+    return Compiled(source, [comment_text(note) for note in compiler.unexpressed])
 
 
 def export_run(path: str | Path, start_url: str, steps: list[dict], final: dict | None, **kwargs) -> Compiled:

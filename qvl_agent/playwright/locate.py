@@ -17,6 +17,11 @@ Locators are plain dicts so that they go into the trace as JSON and `export` can
     {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
     {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
 
+For the exporter it also records what an element's locator alone does not say: its state
+(`element_state`: value, every selected option, checked, editable, whether the page listens to key events
+on it, which needs `KEY_LISTENERS_JS` installed before the page's scripts) and where inside it a pointer
+action hit (`point_on`).
+
 The page object is Playwright's sync `Page`; this module does not import Playwright itself.
 """
 
@@ -73,6 +78,7 @@ _INFO_JS = """
   return {
     tag: t.tagName.toLowerCase(),
     type: (t.getAttribute('type') || '').toLowerCase(),
+    role: t.getAttribute('role') || '',
     label: norm(t.getAttribute('aria-label')) || labels[0] || '',
     placeholder: norm(t.getAttribute('placeholder')),
     testid: t.getAttribute('data-testid') || '',
@@ -83,7 +89,21 @@ _INFO_JS = """
 }
 """
 
+# Counts the key listeners a page adds (installed before the page's own scripts), so that the recorder can
+# tell a field whose key events matter (`keys` in its state) from one where only the final value does.
+KEY_LISTENERS_JS = """(() => {
+  const add = EventTarget.prototype.addEventListener;
+  EventTarget.prototype.addEventListener = function (type, ...rest) {
+    if (type === 'keydown' || type === 'keyup' || type === 'keypress') {
+      try { this.__qvlKeyListeners = (this.__qvlKeyListeners || 0) + 1; } catch (e) {}
+    }
+    return add.call(this, type, ...rest);
+  };
+})();"""
+
 # State of a form element: what `export` turns into fill / check / select_option and final assertions.
+# `keys`: the page listens to key events on the element or on its way up to the window (so typing must
+# stay key presses); `editable`: a contenteditable element (its value is its text, not a form value).
 STATE_JS = """
 (t) => {
   if (!t || !t.isConnected) return null;
@@ -91,14 +111,40 @@ STATE_JS = """
   if (t.tagName === 'SELECT') {
     s.value = t.value;
     s.label = t.selectedIndex >= 0 ? t.options[t.selectedIndex].label : '';
+    if (t.multiple) {
+      s.multiple = true;
+      s.values = Array.from(t.selectedOptions).map(o => o.value);
+      s.labels = Array.from(t.selectedOptions).map(o => o.label);
+    }
   } else if (t.tagName === 'INPUT' && (s.type === 'checkbox' || s.type === 'radio')) {
     s.checked = t.checked;
   } else if (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA') {
     s.value = t.value;
   } else if (t.isContentEditable) {
     s.value = t.innerText;
+    s.editable = true;
   }
+  const listens = n => n && (n.__qvlKeyListeners || n.onkeydown || n.onkeyup || n.onkeypress);
+  for (let n = t; n; n = n.parentNode) if (listens(n)) { s.keys = true; break; }
+  if (listens(window)) s.keys = true;
   return s;
+}
+"""
+
+# Where a pointer action hit its element: the offset from the element's padding box (what Playwright's
+# `position=` means) and whether the element's centre, where a locator alone would act, hits another target.
+POINT_JS = """
+(t, [x, y, sel]) => {
+  const r = t.getBoundingClientRect(), cs = getComputedStyle(t);
+  const round = v => Math.round(v * 10) / 10;
+  const offset = [round(x - r.left - parseFloat(cs.borderLeftWidth)),
+                  round(y - r.top - parseFloat(cs.borderTopWidth))];
+  const hit = (px, py) => {
+    const el = document.elementFromPoint(px, py);
+    const target = el && (el.closest(sel) || el);
+    return target && target.tagName === 'LABEL' && target.control ? target.control : target;
+  };
+  return {offset, centre_hits_other: hit(r.left + r.width / 2, r.top + r.height / 2) !== hit(x, y)};
 }
 """
 
@@ -183,7 +229,7 @@ def resolve_handle(page, handle) -> Located | None:
     info = handle.evaluate(_INFO_JS)
     for locator in candidates(page, info):
         if is_unique(page, locator, handle):
-            return Located(locator, {k: info[k] for k in ("tag", "type", "css", "box")}, handle)
+            return Located(locator, {k: info[k] for k in ("tag", "type", "role", "css", "box")}, handle)
     return None
 
 
@@ -210,6 +256,15 @@ def focused(page) -> Located | None:
     if element is None:
         return None
     return resolve_handle(page, element)
+
+
+def point_on(handle, x: float, y: float) -> dict:
+    """For a pointer action at CSS pixel (x, y) on the element `handle`: {"offset": [dx, dy] from its
+    padding box, "centre_hits_other": whether a click at its centre would hit another target}."""
+    try:
+        return handle.evaluate(POINT_JS, [x, y, INTERACTIVE])
+    except Exception:  # the element left the page
+        return {}
 
 
 def element_state(handle) -> dict | None:

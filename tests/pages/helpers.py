@@ -6,11 +6,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from qvl_agent.act.browser import find_browser
 from qvl_agent.errors import BrowserError
 from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
+from qvl_agent.playwright.policy import check_script
+from tests.conftest import run_cli
 
 
 def _chromium() -> str:
@@ -23,6 +27,7 @@ def _chromium() -> str:
 
 CHROMIUM = _chromium()
 VIEWPORT = (1280, 800)
+ENV = {"QVL_BROWSER": CHROMIUM}
 
 
 def call(**arguments) -> str:
@@ -95,9 +100,10 @@ def kill_browser_below(pid: int) -> bool:
     return False
 
 
-def measure_along(url: str, plan: list[tuple[str, str]], viewport=VIEWPORT) -> dict:
-    """Walk a page as the run will, measuring element centres on the way: plan items are
-    ("measure", selector) or ("click", selector); returns {selector: model point}."""
+def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
+    """Walk a page as the run will, measuring on the way: plan items are ("measure", selector) for an
+    element's centre, ("point", name, js) for the CSS pixel [x, y] that the function `js` returns in the
+    page, ("click", selector) or ("goto", url); returns {selector or name: model point}."""
     from playwright.sync_api import sync_playwright
 
     centres = {}
@@ -105,11 +111,56 @@ def measure_along(url: str, plan: list[tuple[str, str]], viewport=VIEWPORT) -> d
         browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         page.goto(url)
-        for what, sel in plan:
+        for what, sel, *js in plan:
             if what == "click":
                 page.click(sel)
+            elif what == "goto":
+                page.goto(sel)
+            elif what == "point":
+                centres[sel] = to_grid(*page.evaluate(js[0]), viewport)
             else:
                 box = page.locator(sel).bounding_box()
                 centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
         browser.close()
     return centres
+
+
+def browse(tmp_path: Path, url: str, replies: list[str], task: str, *extra: str):
+    replay = write_replay(tmp_path / "replies.json", replies)
+    env = dict(ENV, QVL_CONFIG_DIR=str(tmp_path / "config"))
+    return run_cli(
+        "browse",
+        "--url",
+        url,
+        "--engine",
+        f"replay:{replay}",
+        "--export",
+        str(tmp_path / "out.py"),
+        "--trace-dir",
+        str(tmp_path / "trace"),
+        *extra,
+        task,
+        env=env,
+        timeout=180,
+    )
+
+
+def replay_script(script: Path, *args: str) -> subprocess.CompletedProcess:
+    """`python out.py` as a user would run it: no qvl_agent on the path, a fresh browser."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(ENV)
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=script.parent,
+    )
+
+
+def exported(tmp_path: Path) -> str:
+    source = (tmp_path / "out.py").read_text()
+    assert "qvl_agent" not in source
+    check_script(source)  # exported scripts pass the same policy as model-written ones
+    return source

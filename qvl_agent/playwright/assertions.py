@@ -1,0 +1,61 @@
+"""The end-state checks of an exported script (pure: no Playwright).
+
+From the final state the browser executor checked in the live page (`final.json`: the URL, the state of
+every element the run touched that is still there and unique, text that appeared after the last click),
+only checks that the exported steps produce and that Playwright can make on that element:
+
+  - a checkbox or radio: `to_be_checked` / `not_to_be_checked`;
+  - a multi-select: `to_have_values` with every selected value; a select, input or textarea: `to_have_value`;
+  - a contenteditable element (no form value): `to_have_text` of its rendered text;
+  - nothing on an element whose step the script could not express (`lost`), and then no new-text checks
+    either, since what appeared may have come from that step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from qvl_agent.playwright.steps import comment_text, python_locator, q, target_key
+
+FORM_TAGS = {"input", "textarea", "select"}
+
+
+def field_assertion(code: str, state: dict) -> str | None:
+    """The `expect` line for one element's final state, or None when there is nothing Playwright can check."""
+    if "checked" in state:
+        return f"expect({code}).{'to_be_checked' if state['checked'] else 'not_to_be_checked'}()"
+    if state.get("multiple") and state.get("values") is not None:
+        return f"expect({code}).to_have_values({json.dumps(state['values'], ensure_ascii=False)})"
+    if "value" not in state:
+        return None
+    if state.get("editable") or state.get("tag") not in FORM_TAGS:
+        return f"expect({code}).to_have_text({q(state['value'])}, use_inner_text=True)"
+    return f"expect({code}).to_have_value({q(state['value'])})"
+
+
+def end_state_assertions(
+    final: dict | None, last_url: str, url_expr: Callable[[str], str], lost: set[str] = frozenset()
+) -> list[str]:
+    """The lines checking the recorded end state (comments included for what is deliberately not checked)."""
+    final = final or {}
+    lines = []
+    url = final.get("url") or last_url
+    if url and not url.startswith(("chrome-error:", "about:")):
+        lines.append(f"expect(page).to_have_url({url_expr(url)})")
+    for item in final.get("fields", []):
+        code = python_locator(item["locator"])
+        if code is None:
+            continue
+        if target_key(item["locator"]) in lost:
+            lines.append(f"# not checked: {comment_text(code)} (its step is not replayed)")
+            continue
+        line = field_assertion(code, item["state"])
+        if line:
+            lines.append(line)
+    new_text = final.get("new_text", [])
+    if new_text and lost:
+        lines.append("# not checked: the text that appeared at the end (it may come from a step not replayed)")
+    else:
+        lines.extend(f"expect(page.get_by_text({q(text)}, exact=True)).to_be_visible()" for text in new_text)
+    return lines
