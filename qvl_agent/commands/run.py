@@ -21,7 +21,7 @@ from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.capture import list_monitors
 from qvl_agent.cli import add_engine_args, print_event, task_and_steps
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
 from qvl_agent.image import Region
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             if problem:
                 print(f"qvl-agent: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
             elif mode != "dry-run":
-                print(f"qvl-agent: press {hotkey} to stop at any moment.", file=sys.stderr, flush=True)
+                print(f"qvl-agent: press {hotkey_label(hotkey)} to stop at any moment.", file=sys.stderr, flush=True)
             agent = Agent(
                 engine,
                 executor,
