@@ -44,8 +44,8 @@ def call(action: str, **args) -> str:
 
 @pytest.fixture
 def tray_factory(x_display, tmp_path):
-    if not shutil.which("xdotool") or not shutil.which("xprop"):
-        pytest.skip("xdotool and xprop are needed (scripts/setup installs them)")
+    if not all(shutil.which(tool) for tool in ("xdotool", "xprop", "xsetroot")):
+        pytest.skip("xdotool, xprop and xsetroot are needed (scripts/setup installs them)")
     started: list[Tray] = []
 
     def start(replies, **kw) -> Tray:
@@ -209,29 +209,38 @@ def test_region_hotkey_drag_asks_about_just_that_region_and_where_is_marks_insid
 
 def test_where_is_puts_a_ring_on_the_point_that_leaves_the_target_visible(tray_factory):
     tray = tray_factory([call("left_click", coordinate=[500, 500])])
-    tray.wait_notice("Ready:")
-    window, _ = open_ask_window(tray)
-    type_into(tray, window, "the middle of the screen", then="")
-    time.sleep(0.3)
-    cx, cy = 960, 540  # 500/1000 of the 1920x1080 monitor: the model saw the whole screen
-    before = grab(tray.display, cx - 30, cy - 30, 61, 61)
-    xdo(tray.display, "key", "alt+w")
-    marker = wait_window(tray.display, MARKER_TITLE)
-    assert centre(tray.display, marker) == (cx, cy)
-    time.sleep(0.3)
-    after = grab(tray.display, cx - 30, cy - 30, 61, 61)
-    # The target and the corners of the marker's square look as before: only a ring is drawn, no box.
-    for dy in range(-5, 6):
-        for dx in range(-5, 6):
-            assert after[30 + dy][30 + dx] == before[30 + dy][30 + dx], f"the marker covers ({dx}, {dy})"
-    for dx, dy in ((-23, -23), (23, -23), (-23, 23), (23, 23)):
-        assert after[30 + dy][30 + dx] == before[30 + dy][30 + dx], f"the marker's square shows at ({dx}, {dy})"
-    # The ring itself is drawn in red around the target.
-    ring = [after[30 + dy][30 + dx] for dx, dy in ((-22, 0), (22, 0), (0, -22), (0, 22))]
-    assert all(r > 180 and g < 80 and b < 80 for r, g, b in ring), ring
-    xdo(tray.display, "key", "Escape")
-    wait_gone(tray.display, MARKER_TITLE)  # closing the window takes the marker away
-    tray.quit()
+    env = dict(os.environ, DISPLAY=tray.display)
+    subprocess.run(["xsetroot", "-solid", "#3366aa"], env=env, check=True)  # a desktop that is not black
+    desktop = (0x33, 0x66, 0xAA)
+    try:
+        tray.wait_notice("Ready:")
+        window, _ = open_ask_window(tray)
+        cx, cy = 960, 540  # 500/1000 of the 1920x1080 monitor: the model saw the whole screen
+        x, y, w, h = geometry(tray.display, window)
+        assert x <= cx < x + w and y <= cy < y + h  # the ask window opens over the middle of the screen
+        type_into(tray, window, "the middle of the screen", then="alt+w")
+        marker = wait_window(tray.display, MARKER_TITLE)
+        assert centre(tray.display, marker) == (cx, cy)
+        # The ask window stepped aside, so the person sees what was found.
+        x, y, w, h = geometry(tray.display, window)
+        assert not (x - 30 <= cx < x + w + 30 and y - 30 <= cy < y + h + 30), (x, y, w, h)
+        time.sleep(0.5)
+        seen = grab(tray.display, cx - 30, cy - 30, 61, 61)
+        # The target and the corners of the marker's square show the desktop: only a ring is drawn, no box.
+        for dy in range(-5, 6):
+            for dx in range(-5, 6):
+                assert seen[30 + dy][30 + dx] == desktop, f"the marker covers ({dx}, {dy})"
+        for dx, dy in ((-23, -23), (23, -23), (-23, 23), (23, 23)):
+            assert seen[30 + dy][30 + dx] == desktop, f"the marker's square shows at ({dx}, {dy})"
+        # The ring itself is drawn in red around the target.
+        ring = [seen[30 + dy][30 + dx] for dx, dy in ((-22, 0), (22, 0), (0, -22), (0, 22))]
+        assert all(r > 180 and g < 80 and b < 80 for r, g, b in ring), ring
+        xdo(tray.display, "windowactivate", "--sync", window, check=False)
+        xdo(tray.display, "key", "Escape")
+        wait_gone(tray.display, MARKER_TITLE)  # closing the window takes the marker away
+        tray.quit()
+    finally:
+        subprocess.run(["xsetroot", "-solid", "black"], env=env, check=False)
 
 
 def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory):

@@ -243,6 +243,8 @@ def test_where_is_marks_the_point_on_the_screen_and_says_where(qtbot, host):
     load(qtbot, host, engine)
     shot = Screenshot(bytes(4 * 400 * 200), 400, 200, "BGRA", left=100, top=50, source="test")
     win = open_window(qtbot, host, shot)
+    win.move(0, 0)  # over the target
+    assert win.frameGeometry().contains(200, 200)
     assert not win.locate_button.isEnabled()  # nothing described yet
     win.question.setText("the Save button")
     with qtbot.waitSignal(host.called, timeout=10_000):
@@ -252,6 +254,7 @@ def test_where_is_marks_the_point_on_the_screen_and_says_where(qtbot, host):
     assert win.marker.target == (200, 200)
     assert win.marker.geometry().center().x() in (199, 200) and win.marker.geometry().center().y() in (199, 200)
     assert "the Save button" in win.status.text() and "(200, 200)" in win.status.text()
+    assert not win.frameGeometry().contains(200, 200)  # the window stepped aside from the target
     # The model got the grounding prompt, the screenshot and the description.
     assert engine.requests[0].text == "the Save button" and len(engine.requests[0].image_hashes) == 1
     assert "left_click" in engine.requests[0].system

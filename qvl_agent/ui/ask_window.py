@@ -6,14 +6,15 @@ something: not for an answer that arrived in one burst). The window never waits 
 questions are queued on the engine thread (`EngineHost`) and pieces arrive as signals.
 
 Buttons (each with an Alt+letter mnemonic): Copy (the last answer), Where is…? (the text in the box is
-looked up with `grounding.locate` and a marker ring shows the point on the screen), Do it (hands the
+looked up with `grounding.locate`, a marker ring shows the point on the screen and the window steps
+aside when it covers it), Do it (hands the
 request to the automation loop), Playwright script (shown when a browser is on screen), Stop (cancels
 the running answer). Esc closes the window.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -30,7 +31,7 @@ from qvl_agent.grounding import GroundedPoint, locate
 from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import Conversation, EngineHost
 from qvl_agent.ui.overlay import ClickMarker
-from qvl_agent.ui.screen import to_qimage
+from qvl_agent.ui.screen import to_logical, to_qimage
 
 TITLE = "qvl-agent: ask about the {subject}"
 THUMB_WIDTH = 360
@@ -269,10 +270,22 @@ class AskWindow(QWidget):
         description = self._locating[1]
         self._locating = None
         self.question.clear()
+        self._step_aside(point.x, point.y)
         self.marker.show_at(point.x, point.y, description)
         self._marker_timer.start()
         self.status.setText(f"“{description}” is marked on the screen, at ({point.x}, {point.y}).")
         self._update_buttons()
+
+    def _step_aside(self, x: int, y: int) -> None:
+        """Move this window off the found point (physical pixels), so the person sees the target, not us."""
+        screen = QGuiApplication.screenAt(QPoint(x, y)) or QGuiApplication.primaryScreen()
+        point, frame = to_logical(screen, x, y), self.frameGeometry()
+        margin = self.marker.SIZE
+        if not frame.adjusted(-margin, -margin, margin, margin).contains(point):
+            return
+        area = screen.availableGeometry()
+        left = area.right() + 1 - frame.width() if point.x() < area.center().x() else area.left()
+        self.move(left, frame.top())
 
     @Slot(int, str)
     def _on_locate_failed(self, request: int, message: str) -> None:
