@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 
 from qvl_agent import actions as A
+from qvl_agent.config import hotkey_label
 from qvl_agent.errors import EmergencyStop, OffScreenError
 from qvl_agent.image import Region, Screenshot, to_pixels
 
@@ -101,9 +102,8 @@ class HotkeyListener:
         try:
             from pynput import keyboard
 
-            self._listener = keyboard.GlobalHotKeys(
-                {self.hotkey: lambda: self.switch.stop(f"The emergency stop hotkey {self.hotkey} was pressed.")}
-            )
+            reason = f"The emergency stop hotkey {hotkey_label(self.hotkey)} was pressed."
+            self._listener = keyboard.GlobalHotKeys({self.hotkey: lambda: self.switch.stop(reason)})
             self._listener.start()
             self._listener.wait()  # the X11 recording context is live once this returns
         except ValueError as exc:
