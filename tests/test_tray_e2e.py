@@ -353,6 +353,7 @@ def test_settings_open_above_an_ask_window_and_a_recorded_hotkey_works_at_once(t
     w, h = min(dx + dw, ax + aw) - x, min(dy + dh, ay + ah) - y
     assert w * h > 0.5 * dw * dh, f"the windows hardly overlap: dialog {dx, dy, dw, dh}, ask window {ax, ay, aw, ah}"
     open_dialog = grab(tray.display, x, y, w, h)
+    xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
     # Model, device, max pixels, then the ask hotkey: recorded by pressing the new combination.
     xdo(tray.display, "key", "Tab", "Tab", "Tab")
     xdo(tray.display, "key", "ctrl+alt+a")

@@ -32,7 +32,10 @@ def wait_window(display: str, pattern: str, timeout: float = 15.0) -> str:
     """The newest visible window whose title matches `pattern`, once there is one."""
     deadline = time.monotonic() + timeout
     while not (windows := visible_windows(display, pattern)):
-        assert time.monotonic() < deadline, f"no window titled {pattern!r} appeared within {timeout} s"
+        if time.monotonic() > deadline:
+            names = [xdo(display, "getwindowname", w, check=False).stdout.strip() for w in visible_windows(display, "")]
+            shown = [name for name in names if name]
+            raise AssertionError(f"no window titled {pattern!r} appeared within {timeout} s; on screen: {shown}")
         time.sleep(0.03)
     return windows[-1]
 
