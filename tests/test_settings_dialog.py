@@ -83,9 +83,9 @@ def test_settings_round_trip_through_the_file(qtbot, path, tmp_path):
         ("max_pixels", "1000", "at least 65536"),
         ("device", "tpu", "device must be"),
         ("model", "  ", "model cannot be empty"),
-        ("hotkey_ask", (Qt.Key.Key_Q,), "needs a modifier"),
+        ("hotkey_ask", (Qt.Key.Key_Q,), "The ask hotkey Q needs a modifier"),
         ("hotkey_region", (Qt.Key.Key_Q, CTRL | ALT), "must all be different"),
-        ("hotkey_stop", (Qt.Key.Key_Backspace,), "not a key combination"),
+        ("hotkey_stop", (Qt.Key.Key_Backspace,), "The stop hotkey is empty"),
     ],
 )
 def test_invalid_values_are_refused_and_nothing_is_written(qtbot, path, field, value, message):

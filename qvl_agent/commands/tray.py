@@ -4,7 +4,7 @@
     qvl-agent tray --send ask|region|task|settings|quit
 
 The model loads once in the background; the icon's tooltip says when it is ready. Hotkeys (defaults
-ctrl+alt+q ask, ctrl+alt+r region, ctrl+alt+Escape stop) are set in Settings. One instance runs per user:
+Ctrl+Alt+Q ask, Ctrl+Alt+R region, Ctrl+Alt+Esc stop) are recorded in Settings. One instance runs per user:
 a second start says so and exits 1; `--send` drives the running one instead (a desktop shortcut can run
 `qvl-agent tray --send ask` where global hotkeys are not available, as under Wayland). Notices (ready,
 still loading, a task's outcome) also go to stderr, one line each.

@@ -13,7 +13,7 @@ import sys
 
 from PySide6.QtCore import QObject, Signal
 
-from qvl_agent.config import Hotkeys
+from qvl_agent.config import Hotkeys, hotkey_label
 from qvl_agent.errors import ConfigError
 
 MODIFIERS = {"ctrl", "ctrl_l", "ctrl_r", "alt", "alt_l", "alt_r", "alt_gr", "shift", "shift_l", "shift_r",
@@ -29,7 +29,12 @@ def check_hotkey(text: str, what: str = "hotkey") -> str:
     """`text` unchanged when pynput can listen for it, else ConfigError with one sentence."""
     parts = text.strip().lower().split("+")
     example = "like <ctrl>+<alt>+q"
-    if not text.strip() or any(not p for p in parts):
+    if not text.strip():
+        raise ConfigError(
+            f"The {what} hotkey is empty: press a combination like Ctrl+Alt+Q in Settings "
+            f"(or write one {example} in config.toml)."
+        )
+    if any(not p for p in parts):
         raise ConfigError(f"The {what} hotkey {text!r} is not a key combination {example}.")
     keys = []
     for part in parts:
@@ -44,12 +49,13 @@ def check_hotkey(text: str, what: str = "hotkey") -> str:
             raise ConfigError(
                 f"The {what} hotkey {text!r} has {part!r}: write named keys in angle brackets, {example}."
             )
+    shown = hotkey_label(text)  # well formed from here on: say it as people write it
     if len(set(keys)) != len(keys):
-        raise ConfigError(f"The {what} hotkey {text!r} repeats a key.")
+        raise ConfigError(f"The {what} hotkey {shown} repeats a key.")
     if all(k in MODIFIERS for k in keys):
-        raise ConfigError(f"The {what} hotkey {text!r} needs a key besides the modifiers.")
+        raise ConfigError(f"The {what} hotkey {shown} needs a key besides the modifiers.")
     if not any(k in MODIFIERS for k in keys) and not any(k.startswith("f") and k[1:].isdigit() for k in keys):
-        raise ConfigError(f"The {what} hotkey {text!r} needs a modifier (ctrl, alt, shift or cmd), {example}.")
+        raise ConfigError(f"The {what} hotkey {shown} needs a modifier (Ctrl, Alt, Shift or Super), like Ctrl+Alt+Q.")
     return text.strip()
 
 
