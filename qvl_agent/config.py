@@ -104,6 +104,20 @@ def check_hotkeys(hotkeys: Hotkeys) -> Hotkeys:
     return hotkeys
 
 
+KEY_LABELS = {"ctrl": "Ctrl", "alt": "Alt", "alt_gr": "AltGr", "shift": "Shift", "cmd": "Super", "esc": "Esc",
+              "page_up": "PgUp", "page_down": "PgDown", "print_screen": "Print"}  # fmt: skip
+
+
+def hotkey_label(combo: str) -> str:
+    """A pynput hotkey as people read it: "<ctrl>+<alt>+q" → "Ctrl+Alt+Q", "<ctrl>+<alt>+<esc>" → "Ctrl+Alt+Esc"."""
+    labels = []
+    for part in combo.strip().split("+"):
+        name = part[1:-1] if part.startswith("<") and part.endswith(">") else part
+        base = name.removesuffix("_l").removesuffix("_r")  # left and right modifiers read the same
+        labels.append(KEY_LABELS.get(base) or (name.upper() if len(name) == 1 else name.replace("_", " ").title()))
+    return "+".join(labels)
+
+
 # --- the settings -------------------------------------------------------------------------------------
 
 

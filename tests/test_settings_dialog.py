@@ -1,10 +1,12 @@
-"""The settings dialog: values round-trip through the TOML file; bad values are refused with a message."""
+"""The settings dialog: values round-trip through the TOML file; bad values are refused with a message;
+hotkeys are recorded by pressing them and shown as people write them; nothing is cut off."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+from PySide6.QtCore import Qt
 
 from qvl_agent import config
 from qvl_agent.config import Hotkeys, Settings
@@ -30,15 +32,29 @@ def open_dialog(qtbot, settings, path):
     return dialog
 
 
+CTRL, ALT, SHIFT = (
+    Qt.KeyboardModifier.ControlModifier,
+    Qt.KeyboardModifier.AltModifier,
+    Qt.KeyboardModifier.ShiftModifier,
+)
+
+
+def press(qtbot, field, key, modifiers=Qt.KeyboardModifier.NoModifier):
+    """Press a key combination in a hotkey field, as a person records one."""
+    field.setFocus()
+    qtbot.keyClick(field, key, modifiers)
+
+
 def test_settings_round_trip_through_the_file(qtbot, path, tmp_path):
     model_dir = tmp_path / "my-model"
     dialog = open_dialog(qtbot, Settings(), path)
     dialog.model.setText(str(model_dir))
     dialog.device.setCurrentText("cpu")
     dialog.max_pixels.setText("2_073_600")
-    dialog.hotkey_ask.setText("<ctrl>+<shift>+a")
-    dialog.hotkey_region.setText("<ctrl>+<shift>+r")
-    dialog.hotkey_stop.setText("<ctrl>+<shift>+<esc>")
+    press(qtbot, dialog.hotkey_ask, Qt.Key.Key_A, CTRL | SHIFT)
+    press(qtbot, dialog.hotkey_region, Qt.Key.Key_R, CTRL | SHIFT)
+    press(qtbot, dialog.hotkey_stop, Qt.Key.Key_Escape, CTRL | SHIFT)
+    assert [dialog.hotkey_ask.text(), dialog.hotkey_stop.text()] == ["Ctrl+Shift+A", "Ctrl+Shift+Esc"]
     dialog.safety_mode.setCurrentText("dry-run")
     with qtbot.waitSignal(dialog.saved) as saved:
         dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
@@ -53,7 +69,7 @@ def test_settings_round_trip_through_the_file(qtbot, path, tmp_path):
     # Opening the dialog again shows what was saved.
     again = open_dialog(qtbot, loaded, path)
     assert again.max_pixels.text() == "2073600"
-    assert again.hotkey_ask.text() == "<ctrl>+<shift>+a"
+    assert again.hotkey_ask.text() == "Ctrl+Shift+A"
     assert again.safety_mode.currentText() == "dry-run"
     assert not list(path.parent.glob(".*.tmp"))  # the atomic write left nothing behind
 
@@ -65,17 +81,17 @@ def test_settings_round_trip_through_the_file(qtbot, path, tmp_path):
         ("max_pixels", "1000", "at least 65536"),
         ("device", "tpu", "device must be"),
         ("model", "  ", "model cannot be empty"),
-        ("hotkey_ask", "ctrl+alt+q", "angle brackets"),
-        ("hotkey_ask", "<ctrl>+<alt>+<nokey>", "unknown key"),
-        ("hotkey_ask", "q", "needs a modifier"),
-        ("hotkey_ask", "<ctrl>+<alt>", "besides the modifiers"),
-        ("hotkey_region", "<ctrl>+<alt>+q", "must all be different"),
+        ("hotkey_ask", (Qt.Key.Key_Q,), "The ask hotkey Q needs a modifier"),
+        ("hotkey_region", (Qt.Key.Key_Q, CTRL | ALT), "must all be different"),
+        ("hotkey_stop", (Qt.Key.Key_Backspace,), "The stop hotkey is empty"),
     ],
 )
 def test_invalid_values_are_refused_and_nothing_is_written(qtbot, path, field, value, message):
     dialog = open_dialog(qtbot, Settings(), path)
     widget = getattr(dialog, field)
-    if hasattr(widget, "setCurrentText"):
+    if isinstance(value, tuple):
+        press(qtbot, widget, *value)
+    elif hasattr(widget, "setCurrentText"):
         widget.setCurrentText(value)
     else:
         widget.setText(value)
@@ -108,5 +124,67 @@ def test_hotkey_check_accepts_the_defaults_and_function_keys():
 
     check_hotkeys(Hotkeys())
     assert check_hotkey("<f9>") == "<f9>"
-    with pytest.raises(ConfigError):
-        check_hotkey("<ctrl>+<ctrl>+q")
+    for bad, message in [
+        ("<ctrl>+<ctrl>+q", "repeats"),
+        ("ctrl+alt+q", "angle brackets"),  # as written by hand in config.toml
+        ("<ctrl>+<alt>+<nokey>", "unknown key"),
+        ("<ctrl>+<alt>", "besides the modifiers"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            check_hotkey(bad)
+
+
+@pytest.mark.parametrize(
+    "combo, label",
+    [
+        ("<ctrl>+<alt>+q", "Ctrl+Alt+Q"),
+        ("<ctrl>+<alt>+<esc>", "Ctrl+Alt+Esc"),
+        ("<ctrl_l>+<shift>+<page_up>", "Ctrl+Shift+PgUp"),
+        ("<cmd>+<space>", "Super+Space"),
+        ("<alt_gr>+1", "AltGr+1"),
+        ("<f9>", "F9"),
+    ],
+)
+def test_hotkeys_are_shown_as_people_write_them(combo, label):
+    assert config.hotkey_label(combo) == label
+
+
+def test_a_hotkey_is_recorded_by_pressing_it_and_enter_and_esc_still_reach_the_dialog(qtbot, path):
+    dialog = open_dialog(qtbot, Settings(), path)
+    field = dialog.hotkey_region
+    assert field.text() == "Ctrl+Alt+R"
+    # Modifiers alone only preview; letting go shows the value again.
+    field.setFocus()
+    qtbot.keyPress(field, Qt.Key.Key_Control, CTRL)
+    qtbot.keyPress(field, Qt.Key.Key_Alt, CTRL | ALT)
+    assert field.text() == "Ctrl+Alt+…"
+    qtbot.keyRelease(field, Qt.Key.Key_Alt, CTRL | ALT)  # lets go of Ctrl too
+    assert field.text() == "Ctrl+Alt+R"
+    press(qtbot, field, Qt.Key.Key_F7, CTRL | SHIFT)
+    assert (field.text(), field.hotkey()) == ("Ctrl+Shift+F7", "<ctrl>+<shift>+<f7>")
+    press(qtbot, field, Qt.Key.Key_5, ALT)
+    assert field.hotkey() == "<alt>+5"
+    # Typing does not edit the text: a press of x without modifiers is recorded as the key x.
+    press(qtbot, field, Qt.Key.Key_X)
+    assert field.hotkey() == "x"
+    press(qtbot, field, Qt.Key.Key_S, CTRL | ALT)
+    with qtbot.waitSignal(dialog.saved) as saved:
+        press(qtbot, field, Qt.Key.Key_Return)  # Enter saves, it is not recorded
+    assert saved.args[0].hotkeys.region == "<ctrl>+<alt>+s"
+    assert config.load(path, env={}).settings.hotkeys.region == "<ctrl>+<alt>+s"
+
+    again = open_dialog(qtbot, Settings(), path)
+    press(qtbot, again.hotkey_ask, Qt.Key.Key_Escape)  # Esc cancels the dialog
+    assert not again.isVisible()
+
+
+def test_the_dialog_shows_whole_values_and_stays_above_the_ask_windows(qtbot, path, tmp_path):
+    long_model = str(tmp_path / "models" / "Qwen3-VL-2B-Instruct")
+    dialog = open_dialog(qtbot, Settings(model=long_model, safety_mode="dry-run"), path)
+    qtbot.waitExposed(dialog)
+    for field in (dialog.model, dialog.max_pixels, dialog.hotkey_ask, dialog.hotkey_region, dialog.hotkey_stop):
+        shown = field.fontMetrics().horizontalAdvance(field.text())
+        assert field.width() > shown + 8, f"{field.text()!r} is cut off"
+    for combo in (dialog.device, dialog.safety_mode):
+        assert combo.width() >= combo.minimumSizeHint().width()
+    assert dialog.windowFlags() & Qt.WindowType.WindowStaysOnTopHint

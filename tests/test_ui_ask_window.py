@@ -1,7 +1,9 @@
-"""The ask window offscreen (pytest-qt): streaming, Markdown, follow-ups on one session, buttons, cancel."""
+"""The ask window offscreen (pytest-qt): streaming, Markdown, follow-ups on one session, buttons, cancel,
+the status line's figures, and "Where is…?" with its marker."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -45,44 +47,43 @@ def load(qtbot, host, engine):
 def open_window(qtbot, host, shot=None, **kw):
     from qvl_agent.ui.ask_window import AskWindow
 
-    events = []
-    win = AskWindow(host, shot or make_shot(), on_event=lambda name, **data: events.append((name, data)), **kw)
+    win = AskWindow(host, shot or make_shot(), **kw)
     win.show()
-    return win, events
+    return win
 
 
 def ask(qtbot, win, text, timeout=60_000):
+    """Ask in the window; the (text, stats) the engine answered with."""
     win.question.setText(text)
-    with qtbot.waitSignal(win.host.answered, timeout=timeout):
+    with qtbot.waitSignal(win.host.answered, timeout=timeout) as blocker:
         win.question.returnPressed.emit()
+    return blocker.args[1], blocker.args[2]
 
 
 def test_answer_streams_as_markdown_and_follow_up_reuses_session(qtbot, host):
     engine = ReplayEngine(["The window shows **two buttons**: OK and Cancel.", "The OK button is on the left."])
     load(qtbot, host, engine)
-    win, events = open_window(qtbot, host)
-    assert win.windowTitle().startswith("qvl-agent")
+    win = open_window(qtbot, host)
+    assert win.windowTitle() == "qvl-agent: ask about the screen"
     assert not win.thumbnail.pixmap().isNull()
 
     pieces = []
     host.piece.connect(lambda _req, piece: pieces.append(piece))
-    ask(qtbot, win, "What is on screen?")
+    first, _ = ask(qtbot, win, "What is on screen?")
     qtbot.waitUntil(lambda: "two buttons" in win.answer_view.toPlainText())
     assert len(pieces) > 3  # arrived piece by piece, not in one block
     # Rendered as Markdown: the bold text is bold, not asterisks.
     assert "**" not in win.answer_view.toPlainText()
     assert "font-weight:700" in win.answer_view.toHtml().replace(" ", "")
     assert "vision features computed" in win.status.text()
-    assert "first token" in win.status.text()
 
-    ask(qtbot, win, "Which one is on the left?")
+    second, _ = ask(qtbot, win, "Which one is on the left?")
     qtbot.waitUntil(lambda: "OK button is on the left" in win.answer_view.toPlainText())
     # Both turns went to one session, and only the first carried the screenshot.
     assert len({r.session_id for r in engine.requests}) == 1
     assert [len(r.image_hashes) for r in engine.requests] == [1, 0]
     assert "reused from the first question" in win.status.text()
-    done = [d for name, d in events if name == "answer_done"]
-    assert [d["text"] for d in done] == engine.replies
+    assert [first, second] == engine.replies
 
 
 def test_copy_button_puts_the_answer_on_the_clipboard(qtbot, host):
@@ -90,7 +91,7 @@ def test_copy_button_puts_the_answer_on_the_clipboard(qtbot, host):
     from PySide6.QtGui import QGuiApplication
 
     load(qtbot, host, ReplayEngine(["Press `Ctrl+S` to save."]))
-    win, _ = open_window(qtbot, host)
+    win = open_window(qtbot, host)
     assert not win.copy_button.isEnabled()
     ask(qtbot, win, "How do I save?")
     qtbot.waitUntil(win.copy_button.isEnabled)
@@ -104,7 +105,7 @@ def test_stop_cancels_a_running_answer_and_the_window_keeps_working(qtbot, host)
     long_reply = " ".join(f"word{i}" for i in range(400))
     engine = ReplayEngine([long_reply, "Still here."], delay_s=0.01)
     load(qtbot, host, engine)
-    win, events = open_window(qtbot, host)
+    win = open_window(qtbot, host)
     win.question.setText("Describe everything.")
     win.question.returnPressed.emit()
     qtbot.waitUntil(lambda: "word3" in win.answer_view.toPlainText(), timeout=10_000)
@@ -124,13 +125,12 @@ def test_escape_closes_the_window_and_cancels(qtbot, host):
 
     engine = ReplayEngine([" ".join(["slow"] * 500)], delay_s=0.01)
     load(qtbot, host, engine)
-    win, events = open_window(qtbot, host)
+    win = open_window(qtbot, host)
     win.question.setText("Go on.")
     win.question.returnPressed.emit()
     qtbot.waitUntil(lambda: "slow" in win.answer_view.toPlainText(), timeout=10_000)
     with qtbot.waitSignals([host.cancelled, win.closed], timeout=10_000):
         qtbot.keyClick(win.question, Qt.Key.Key_Escape)
-    assert ("ask_window_closed", {}) in events
 
 
 def test_question_before_the_model_is_ready_says_so(qtbot, host):
@@ -142,7 +142,7 @@ def test_question_before_the_model_is_ready_says_so(qtbot, host):
         return engine
 
     host.load(slow_factory)
-    win, _ = open_window(qtbot, host)
+    win = open_window(qtbot, host)
     win.question.setText("Hello?")
     win.question.returnPressed.emit()
     assert "not ready" in win.status.text()
@@ -158,7 +158,7 @@ def test_do_it_and_playwright_buttons_hand_over_the_request(qtbot, host):
 
     load(qtbot, host, ReplayEngine(["Click Save."]))
     shot = make_shot()
-    win, _ = open_window(qtbot, host, shot, browser_on_screen=True)
+    win = open_window(qtbot, host, shot, browser_on_screen=True)
     assert not win.do_it_button.isEnabled()  # nothing to do yet
     ask(qtbot, win, "Save the document")
     qtbot.waitUntil(win.do_it_button.isEnabled)
@@ -173,8 +173,9 @@ def test_do_it_and_playwright_buttons_hand_over_the_request(qtbot, host):
 
 def test_playwright_button_only_for_a_browser_on_screen(qtbot, host):
     load(qtbot, host, ReplayEngine([]))
-    win, _ = open_window(qtbot, host, browser_on_screen=False)
+    win = open_window(qtbot, host, browser_on_screen=False)
     assert not win.playwright_button.isVisible()
+    assert open_window(qtbot, host, browser_on_screen=True).playwright_button.isVisible()
 
 
 @pytest.mark.slow
@@ -187,17 +188,87 @@ def test_streaming_from_the_tiny_local_model_and_a_follow_up_on_the_same_session
         host.load(lambda: Qwen3VLEngine.load(str(tiny_model_dir), device="cpu", settings=settings))
     pieces = []
     host.piece.connect(lambda _req, piece: pieces.append(piece))
-    win, events = open_window(qtbot, host, make_shot(256, 192), options=GenerationOptions(max_new_tokens=12))
-    ask(qtbot, win, "What is on the screen?", timeout=300_000)
-    first = [d for name, d in events if name == "answer_done"][-1]
-    assert first["text"] and first["text"] == "".join(pieces)
+    win = open_window(qtbot, host, make_shot(256, 192), options=GenerationOptions(max_new_tokens=12))
+    text, stats = ask(qtbot, win, "What is on the screen?", timeout=300_000)
+    assert text and text == "".join(pieces)
     assert len(pieces) > 1  # streamed token by token
-    assert first["stats"]["vision"] == "miss"
+    assert stats.vision == "miss"
     assert "vision features computed" in win.status.text() and "first token" in win.status.text()
 
-    ask(qtbot, win, "And in the corner?", timeout=300_000)
-    second = [d for name, d in events if name == "answer_done"][-1]
-    assert second["turn"] == 2
-    assert second["stats"]["vision"] != "miss"  # the screenshot was not encoded again
-    assert second["stats"]["cached_tokens"] > 0  # the first turn's KV cache was reused
+    _, stats = ask(qtbot, win, "And in the corner?", timeout=300_000)
+    assert stats.vision != "miss"  # the screenshot was not encoded again
+    assert stats.cached_tokens > 0  # the first turn's KV cache was reused
     assert "reused" in win.status.text()
+
+
+def test_the_status_line_shows_figures_only_when_they_were_measured():
+    from qvl_agent.engine.base import TurnStats
+    from qvl_agent.ui.ask_window import describe_stats
+
+    # A replayed answer: everything arrived at once, so there is no first-token time or decode rate to show.
+    burst = TurnStats(vision="miss", ttft_ms=0.02, decode_tokens=12, decode_tokens_per_s=130_706, total_ms=0.1)
+    assert describe_stats(burst, 1) == "vision features computed (not cached)"
+    measured = TurnStats(vision="hit", ttft_ms=74.5, decode_tokens=120, decode_tokens_per_s=144.0, total_ms=908)
+    assert describe_stats(measured, 1) == "vision features cached · first token 74 ms · 144 tokens/s"
+    few = TurnStats(vision="none", ttft_ms=10.4, decode_tokens=3, decode_tokens_per_s=100.0, total_ms=40)
+    assert describe_stats(few, 2) == "vision features reused from the first question · first token 10 ms"
+
+
+def test_a_replayed_answer_shows_no_made_up_figures(qtbot, host):
+    load(qtbot, host, ReplayEngine(["A desktop with a tray."]))
+    win = open_window(qtbot, host)
+    ask(qtbot, win, "What is this?")
+    assert win.status.text() == "vision features computed (not cached)"
+
+
+def test_a_region_is_called_a_region(qtbot, host):
+    load(qtbot, host, ReplayEngine([]))
+    win = open_window(qtbot, host, region=True)
+    assert win.windowTitle() == "qvl-agent: ask about the region"
+    assert win.question.placeholderText().startswith("Ask about the region")
+    assert "region" in win.status.text() and "screen" not in win.status.text()
+
+
+def click_call(x, y) -> str:
+    call = {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [x, y]}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def test_where_is_marks_the_point_on_the_screen_and_says_where(qtbot, host):
+    from PySide6.QtCore import Qt
+
+    engine = ReplayEngine([click_call(250, 750), "The Save button is blue."])
+    load(qtbot, host, engine)
+    shot = Screenshot(bytes(4 * 400 * 200), 400, 200, "BGRA", left=100, top=50, source="test")
+    win = open_window(qtbot, host, shot)
+    win.move(0, 0)  # over the target
+    assert win.frameGeometry().contains(200, 200)
+    assert not win.locate_button.isEnabled()  # nothing described yet
+    win.question.setText("the Save button")
+    with qtbot.waitSignal(host.called, timeout=10_000):
+        qtbot.mouseClick(win.locate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(win.marker.isVisible)
+    # 250/1000 of 400 px from x=100, 750/1000 of 200 px from y=50, on the virtual desktop.
+    assert win.marker.target == (200, 200)
+    assert win.marker.geometry().center().x() in (199, 200) and win.marker.geometry().center().y() in (199, 200)
+    assert "the Save button" in win.status.text() and "(200, 200)" in win.status.text()
+    assert not win.frameGeometry().contains(200, 200)  # the window stepped aside from the target
+    # The model got the grounding prompt, the screenshot and the description.
+    assert engine.requests[0].text == "the Save button" and len(engine.requests[0].image_hashes) == 1
+    assert "left_click" in engine.requests[0].system
+    # Asking a question next hides the marker; closing the window takes it away for good.
+    ask(qtbot, win, "What colour is it?")
+    assert not win.marker.isVisible()
+    win.close()
+    assert not win.marker.isVisible()
+
+
+def test_where_is_with_an_answer_that_names_no_point_says_so(qtbot, host):
+    load(qtbot, host, ReplayEngine(["I cannot see a Save button."]))
+    win = open_window(qtbot, host)
+    win.question.setText("the Save button")
+    with qtbot.waitSignal(host.call_failed, timeout=10_000):
+        win.locate()
+    assert "names no point" in win.status.text()
+    assert not win.marker.isVisible()
+    assert win.locate_button.isEnabled()  # the description stays in the box for another try

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QEvent, QObject
 
 from qvl_agent.config import Settings
 from qvl_agent.engine.replay import ReplayEngine
@@ -32,6 +33,19 @@ def stripes(width=320, height=200) -> Screenshot:
     return Screenshot(row * height, width, height, "BGRA", source="test")
 
 
+class ShowWatcher(QObject):
+    """Records each time the watched marker window is shown, with the point it marks (a Qt event filter)."""
+
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+
+    def eventFilter(self, obj, event):  # noqa: N802 (Qt naming)
+        if event.type() == QEvent.Type.Show:
+            self.log("marker_shown", obj.target)
+        return False
+
+
 @pytest.fixture
 def rig(qtbot, tmp_path):
     from shiboken6 import isValid
@@ -42,17 +56,24 @@ def rig(qtbot, tmp_path):
     from tests.support.recording import RecordingExecutor
 
     class Rig:
+        """The automation with a recording executor; `events` is what happened on screen and at the executor,
+        in order: ("marker_shown", (x, y)) when the marker window was shown, ("executed", kind) per action."""
+
         def __init__(self):
             self.host = EngineHost()
-            self.events: list[tuple[str, dict]] = []
+            self.events: list[tuple[str, object]] = []
             self.settings = Settings(safety_mode="auto")
             self.executors: list[RecordingExecutor] = []
             self.automation = Automation(
-                self.host, lambda: self.settings, self.log, executor_factory=self.make_executor,
+                self.host, lambda: self.settings, executor_factory=self.make_executor,
                 marker_ms=80, trace_root=tmp_path / "runs",
             )  # fmt: skip
+            self.started: list[str] = []
+            self.automation.started.connect(self.started.append)
+            self.watcher = ShowWatcher(self.log)
+            self.automation.marker.installEventFilter(self.watcher)
 
-        def log(self, name, **data):
+        def log(self, name, data=None):
             self.events.append((name, data))
 
         def make_executor(self, shot, guard, mode):
@@ -60,7 +81,7 @@ def rig(qtbot, tmp_path):
 
             class Logged(RecordingExecutor):
                 def execute(self, action, s):
-                    log("executed", kind=action.kind)
+                    log("executed", action.kind)
                     return super().execute(action, s)
 
             executor = Logged([shot])
@@ -72,13 +93,14 @@ def rig(qtbot, tmp_path):
                 self.host.load(lambda: ReplayEngine(replies))
 
         def window(self, shot):
-            win = AskWindow(self.host, shot, on_event=self.log)
+            win = AskWindow(self.host, shot)
             win.do_it_requested.connect(lambda task, s: self.automation.do_it(task, s, win))
             win.show()
             self.win = win
             return win
 
     rig = Rig()
+    rig.root = tmp_path / "runs"
     yield rig
     rig.automation.marker.close()
     if hasattr(rig, "win") and isValid(rig.win):
@@ -108,24 +130,20 @@ def test_do_it_runs_the_agent_with_a_marker_before_the_click(qtbot, rig):
         qtbot.mouseClick(win.do_it_button, Qt.MouseButton.LeftButton)
         hidden_during_run.append(win.isVisible())
     assert hidden_during_run == [False]  # the agent must not see or click our window
-    assert "success" in done.args[0]
-    assert win.isVisible() and "success" in win.status.text()
+    assert win.isVisible() and win.status.text() == done.args[0]
 
-    names = [name for name, _ in rig.events]
-    marker = names.index("marker_shown")
-    assert names.index("executed") > marker  # the person saw the target before the click
-    x, y = rig.events[marker][1]["x"], rig.events[marker][1]["y"]
-    assert (x, y) == (160, 100)  # 500/1000 of a 320x200 screen
+    # The person saw the target before the click: the marker window was shown at it, then the click ran.
+    assert rig.events == [("marker_shown", (160, 100)), ("executed", "left_click")]  # 500/1000 of 320x200
     assert not rig.automation.marker.isVisible()  # gone before the click, and after the run
     executor = rig.executors[0]
     assert [a.kind for a in executor.actions] == ["left_click"]
     assert executor.recorded[0].pixels == ((160, 100),)
-    started = dict(rig.events)["automation_started"]
-    assert started == {"task": "Press OK", "mode": "auto"}
-    done_event = dict(rig.events)["automation_done"]
-    assert done_event["status"] == "success"
-    assert Path(done_event["trace"], "trace.jsonl").exists()
-    assert Path(done_event["report"]) == Path(done_event["trace"], "report.html") and rig.automation.last_report
+    assert rig.started == ["Press OK"]
+    assert done.args[0] == "Task done: The model ended the task: success."
+    assert Path(rig.automation.trace_dir, "trace.jsonl").exists()
+    assert rig.automation.trace_dir.parent == rig.root
+    assert rig.automation.last_report == Path(rig.automation.trace_dir, "report.html")
+    assert rig.automation.last_report.exists()
 
 
 def test_confirm_mode_asks_and_a_no_stops_the_run_before_anything_happens(qtbot, rig):
@@ -149,7 +167,8 @@ def test_confirm_mode_asks_and_a_no_stops_the_run_before_anything_happens(qtbot,
         rig.automation.do_it("Click the thing", stripes())
     assert asked and "left_click" in asked[0][0] and "(80, 50)" in asked[0][0]
     assert asked[0][1] is True  # the marker shows the target while the person decides
-    assert "stopped" in done.args[0]
+    # A "no" cancels the task, and says so: it is not reported as a stop.
+    assert done.args[0].startswith("Task cancelled: you declined left_click") and "(80, 50)" in done.args[0]
     assert rig.executors[0].actions == []
 
 
@@ -159,7 +178,7 @@ def test_a_marker_the_gui_cannot_show_in_time_refuses_the_click(qtbot, rig):
     rig.load([call("left_click", coordinate=[500, 500]), call("terminate", status="success")])
     with qtbot.waitSignal(rig.automation.finished, timeout=30_000) as done:
         rig.automation.do_it("Click the middle", stripes())
-    assert "stopped" in done.args[0] and "marker" in done.args[0]
+    assert done.args[0].startswith("Task stopped:") and "marker" in done.args[0]
     assert rig.executors[0].actions == []
     assert "executed" not in [name for name, _ in rig.events]
 
@@ -171,10 +190,10 @@ def test_stop_halts_a_run_and_a_second_do_it_is_refused_while_one_runs(qtbot, ri
     assert rig.automation.do_it("Wait a long time", stripes())
     assert not rig.automation.do_it("Something else", stripes())
     assert "already" in messages[-1]
-    qtbot.waitUntil(lambda: any(n == "automation_started" for n, _ in rig.events))
+    assert rig.started == ["Wait a long time"]
     with qtbot.waitSignal(rig.automation.finished, timeout=10_000) as done:
         rig.automation.stop()
-    assert "stopped" in done.args[0]
+    assert done.args[0] == "Task stopped: The stop hotkey was pressed."
 
 
 def test_region_overlay_reports_the_dragged_rectangle_and_crop_keeps_its_pixels(qtbot):

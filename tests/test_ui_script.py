@@ -75,15 +75,16 @@ def test_url_is_read_confirmed_and_a_verified_script_is_saved_and_opened(qtbot, 
         SCRIPT.format(url=site, button="Place order"),
     ])  # fmt: skip
     host = EngineHost()
-    events, guesses, opened = [], [], []
+    guesses, opened, written = [], [], []
     try:
         with qtbot.waitSignal(host.ready, timeout=30_000):
             host.load(lambda: engine)
         flow = ScriptFlow(
-            host, lambda: Settings(), lambda name, **d: events.append((name, d)),
+            host, lambda: Settings(),
             script_dir=tmp_path / "scripts",
             confirm_url=lambda guess, _w: guesses.append(guess) or guess, open_file=opened.append,
         )  # fmt: skip
+        flow.written.connect(written.append)
         shot = Screenshot(bytes(4 * 64 * 48), 64, 48, "BGRA", source="test")
         with qtbot.waitSignal(flow.finished, timeout=120_000) as done:
             flow.start("Place the order", shot)
@@ -101,7 +102,7 @@ def test_url_is_read_confirmed_and_a_verified_script_is_saved_and_opened(qtbot, 
     assert replay.returncode == 0, replay.stdout + replay.stderr
     # The address question and the script request each carried one screenshot: the screen, then the page.
     assert [len(r.image_hashes) for r in engine.requests] == [1, 1, 0]
-    assert ("playwright_script", {"path": str(script)}) in events
+    assert written == [str(script)]
 
 
 def test_no_address_means_no_run(qtbot, tmp_path):
@@ -114,7 +115,7 @@ def test_no_address_means_no_run(qtbot, tmp_path):
     try:
         with qtbot.waitSignal(host.ready, timeout=30_000):
             host.load(lambda: engine)
-        flow = ScriptFlow(host, lambda: Settings(), lambda *a, **k: None, script_dir=tmp_path,
+        flow = ScriptFlow(host, lambda: Settings(), script_dir=tmp_path,
                           confirm_url=lambda guess, _w: None)  # fmt: skip
         with qtbot.waitSignal(flow.finished, timeout=30_000) as done:
             flow.start("Anything", Screenshot(bytes(4 * 64 * 48), 64, 48, "BGRA"))

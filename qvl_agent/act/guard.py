@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from qvl_agent import actions as A
 from qvl_agent.act.keys import hotkey_chord, system_chord
-from qvl_agent.config import Settings, hotkey_keys
+from qvl_agent.config import Settings, hotkey_keys, hotkey_label
 from qvl_agent.errors import ActionError, ConfigError, EmergencyStop, OffScreenError
 from qvl_agent.image import Region, Screenshot, to_pixels
 
@@ -143,7 +143,7 @@ class HotkeyListener:
 
     def start(self) -> None:
         """Start listening; raises RuntimeError with a readable reason when global hotkeys are unavailable."""
-        message = f"The emergency stop hotkey {self.hotkey} was pressed."
+        message = f"The emergency stop hotkey {hotkey_label(self.hotkey)} was pressed."
         self._listener = start_hotkeys({self.hotkey: lambda: self.switch.stop(message)})
 
     def close(self) -> None:

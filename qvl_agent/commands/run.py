@@ -31,7 +31,7 @@ from qvl_agent.cli import (
     secrets_from_args,
     task_and_steps,
 )
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
 from qvl_agent.image import Region
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         elif problem:
             print(f"qvl-agent: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
         else:
-            print(f"qvl-agent: press {hotkey} to stop at any moment.", file=sys.stderr, flush=True)
+            print(f"qvl-agent: press {hotkey_label(hotkey)} to stop at any moment.", file=sys.stderr, flush=True)
         trace = TraceWriter(trace_dir)
         with open_engine(settings) as engine:
             agent = Agent(

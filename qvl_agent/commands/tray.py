@@ -4,18 +4,15 @@
     qvl-agent tray --send ask|region|task|settings|quit
 
 The model loads once in the background; the icon's tooltip says when it is ready. Hotkeys (defaults
-ctrl+alt+q ask, ctrl+alt+r region, ctrl+alt+Escape stop) are set in Settings. One instance runs per user:
+Ctrl+Alt+Q ask, Ctrl+Alt+R region, Ctrl+Alt+Esc stop) are recorded in Settings. One instance runs per user:
 a second start says so and exits 1; `--send` drives the running one instead (a desktop shortcut can run
-`qvl-agent tray --send ask` where global hotkeys are not available, as under Wayland).
-
-QVL_TEST_EVENTS=FILE makes the app append a JSON line per visible event (ask window shown, answer done,
-notices) to FILE, for end-to-end tests and demos.
+`qvl-agent tray --send ask` where global hotkeys are not available, as under Wayland). Notices (ready,
+still loading, a task's outcome) also go to stderr, one line each.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from qvl_agent import capture, config
@@ -45,7 +42,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return _send(settings_path.parent, args.send)
     from qvl_agent.ui import app  # PySide6 only from here on
 
-    return app.run(settings, settings_path, os.environ.get("QVL_TEST_EVENTS"), tuple(config.NOTICES))
+    return app.run(settings, settings_path, tuple(config.NOTICES))
 
 
 def _send(config_dir, command: str) -> int:

@@ -3,20 +3,13 @@
 Flow of a hotkey press: pynput's thread → Qt signal → `ask_screen` in the GUI thread, which grabs the
 monitor under the pointer *first* and only then opens the ask window, so nothing of ours is in the
 screenshot. The engine loads once on its own thread at start; a hotkey pressed before it is ready gets a
-"still loading" notice instead of a frozen UI.
-
-For tests and scripts the app can append one JSON object per line to an event file (`events` argument,
-`QVL_TEST_EVENTS` on the command line): {"event": "answer_done", "time": ..., "text": ...}. It records what
-a person would see (windows shown, answers, notices), nothing that changes behaviour.
+"still loading" notice instead of a frozen UI. Every notice is also written to stderr, one line each.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -24,7 +17,7 @@ from PySide6.QtCore import QObject, QTimer, QUrl, Slot
 from PySide6.QtGui import QAction, QCursor, QDesktopServices
 from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon
 
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import CaptureError
 from qvl_agent.image import Screenshot
@@ -42,22 +35,6 @@ from qvl_agent.ui.settings_dialog import SettingsDialog
 MENU_SETTLE_MS = 150  # a menu or launcher we just hid must be gone from the screen before the grab
 
 
-class EventLog:
-    """Appends JSON events to a file (or does nothing). Thread-safe; each line is flushed."""
-
-    def __init__(self, path: str | os.PathLike | None) -> None:
-        self._fh = open(path, "a", encoding="utf-8", buffering=1) if path else None  # noqa: SIM115
-        self._lock = threading.Lock()
-
-    def __call__(self, event: str, **data) -> None:
-        if self._fh is None:
-            return
-        line = json.dumps({"event": event, "time": time.time(), **data}, default=str)
-        with self._lock:
-            self._fh.write(line + "\n")
-            self._fh.flush()
-
-
 class TrayApp(QObject):
     """Everything the running tray app holds. Build it after `QApplication`, then `start()`."""
 
@@ -66,13 +43,11 @@ class TrayApp(QObject):
         settings: Settings,
         settings_path: Path,
         instance: SingleInstance | None = None,
-        events: EventLog | None = None,
         notices: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.settings, self.settings_path = settings, settings_path
         self.instance = instance
-        self.emit_event = events or EventLog(None)
         self.notices = list(notices)
         self.host = EngineHost(self)
         self.windows: list[AskWindow] = []
@@ -82,10 +57,11 @@ class TrayApp(QObject):
         self._progress = QTimer(self)
         self._progress.timeout.connect(self._show_progress)
         self._load_started = time.monotonic()
-        self.automation = Automation(self.host, lambda: self.settings, self.emit_event, self)
+        self.automation = Automation(self.host, lambda: self.settings, self)
+        self.automation.started.connect(self._automation_started)
         self.automation.finished.connect(self._automation_finished)
         self.automation.finished.connect(self._report_ready)
-        self.scripts = ScriptFlow(self.host, lambda: self.settings, self.emit_event, self)
+        self.scripts = ScriptFlow(self.host, lambda: self.settings, self)
         self.scripts.finished.connect(self._automation_finished)
         self._build_actions()
 
@@ -128,25 +104,21 @@ class TrayApp(QObject):
             self.menu = QMenu()
             for a in self.actions:
                 self.menu.addAction(a)
-            self.menu.aboutToShow.connect(self._menu_shown)
             self.tray.setContextMenu(self.menu)
             self.tray.activated.connect(self._tray_activated)
             self.tray.show()
-            QTimer.singleShot(50, self._report_tray_geometry)
         else:
             self.notices.append(
                 "No system tray was found on this desktop: a small launcher window stands in for the tray icon."
             )
             self.launcher = Launcher(self.actions, self.notices[-1])
             self.launcher.show()
-            self.emit_event("launcher_shown")
         self._set_status("qvl-agent: loading the model…")
         problem = hk.problem() or self.listener.start()
         if problem:
             self.notices.append(problem)
         for notice in self.notices:
             self.notify(notice)
-        self.emit_event("started", tray=self.tray is not None, hotkeys=problem is None)
         self.load_engine()
 
     def load_engine(self) -> None:
@@ -164,15 +136,6 @@ class TrayApp(QObject):
         what = self.settings.model if self.settings.engine == "local" else self.settings.engine
         self._set_status(f"qvl-agent: loading {what} ({elapsed:.0f} s)…")
 
-    def _report_tray_geometry(self, tries: int = 0) -> None:
-        # The icon sits at (0, 0) until the tray has embedded it; report where it ends up.
-        rect = self.tray.geometry() if self.tray else None
-        placed = rect is not None and rect.width() > 0 and (rect.x(), rect.y()) != (0, 0)
-        if placed or (tries >= 100 and rect is not None):
-            self.emit_event("tray_shown", x=rect.x(), y=rect.y(), width=rect.width(), height=rect.height())
-        elif tries < 100:
-            QTimer.singleShot(50, lambda: self._report_tray_geometry(tries + 1))
-
     # --- status and notices ---------------------------------------------------------------------------
 
     def _set_status(self, text: str) -> None:
@@ -184,7 +147,6 @@ class TrayApp(QObject):
     def notify(self, message: str, error: bool = False) -> None:
         """A notification bubble from the tray, or the launcher's status line; also on stderr."""
         print(f"qvl-agent: {message}", file=sys.stderr, flush=True)
-        self.emit_event("notice", message=message)
         if self.tray is not None:
             icon = QSystemTrayIcon.MessageIcon.Warning if error else QSystemTrayIcon.MessageIcon.Information
             self.tray.showMessage("qvl-agent", message, icon, 6000)
@@ -193,16 +155,14 @@ class TrayApp(QObject):
 
     @Slot(str)
     def _engine_ready(self, message: str) -> None:
-        keys = self.settings.hotkeys
-        self._set_status(f"qvl-agent: {message}; {keys.ask} asks about the screen")
-        self.notify(f"Ready: press {keys.ask} to ask about the screen, {keys.region} for a region.")
-        self.emit_event("engine_ready", message=message)
+        ask, region = hotkey_label(self.settings.hotkeys.ask), hotkey_label(self.settings.hotkeys.region)
+        self._set_status(f"qvl-agent: {message}; {ask} asks about the screen")
+        self.notify(f"Ready: press {ask} to ask about the screen, {region} for a region.")
 
     @Slot(str)
     def _engine_failed(self, message: str) -> None:
         self._set_status(f"qvl-agent: {message}")
         self.notify(message, error=True)
-        self.emit_event("engine_failed", message=message)
 
     def _not_ready(self) -> bool:
         """Say why asking cannot start yet (loading or failed); True when it cannot."""
@@ -212,7 +172,6 @@ class TrayApp(QObject):
             self.notify(f"The model is not available: {self.host.message}", error=True)
         else:
             self.notify("Still loading the model; ask again in a moment.")
-        self.emit_event("not_ready", state=self.host.state)
         return True
 
     # --- asking ---------------------------------------------------------------------------------------
@@ -230,7 +189,6 @@ class TrayApp(QObject):
     @Slot()
     def ask_screen(self) -> None:
         """Grab the monitor under the pointer, then open an ask window about it."""
-        self.emit_event("hotkey", what="ask")
         if self._not_ready():
             self._restore_launcher()
             return
@@ -247,7 +205,6 @@ class TrayApp(QObject):
     @Slot()
     def ask_region(self) -> None:
         """Grab the monitor under the pointer, then let the person drag the region to ask about."""
-        self.emit_event("hotkey", what="region")
         if self._not_ready():
             self._restore_launcher()
             return
@@ -263,7 +220,6 @@ class TrayApp(QObject):
         overlay.cancelled.connect(self._restore_launcher)
         self._overlay = overlay  # the only reference: without it Python would collect the window
         overlay.open()
-        self.emit_event("region_overlay_shown")
 
     def _region_chosen(self, shot: Screenshot, region, browser: bool) -> None:
         try:
@@ -271,12 +227,12 @@ class TrayApp(QObject):
         except CaptureError as exc:
             self.notify(str(exc), error=True)
             return
-        self.open_ask_window(part, browser)
+        self.open_ask_window(part, browser, region=True)
         self._restore_launcher()
 
-    def open_ask_window(self, shot: Screenshot, browser: bool = False) -> AskWindow:
+    def open_ask_window(self, shot: Screenshot, browser: bool = False, region: bool = False) -> AskWindow:
         options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
-        window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, on_event=self.emit_event)
+        window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region)
         window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
         window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
         window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
@@ -302,6 +258,10 @@ class TrayApp(QObject):
             QTimer.singleShot(MENU_SETTLE_MS, lambda: self.automation.run_task(task.strip()))
 
     @Slot(str)
+    def _automation_started(self, task: str) -> None:
+        self.notify(f"Working on “{task}”: press {hotkey_label(self.settings.hotkeys.stop)} to stop.")
+
+    @Slot(str)
     def _automation_finished(self, message: str) -> None:
         self.notify(message)
 
@@ -313,13 +273,11 @@ class TrayApp(QObject):
     def open_report(self) -> None:
         report = self.automation.last_report
         if report is not None:
-            self.emit_event("report_opened", path=str(report))
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(report)))
 
     @Slot()
     def stop_everything(self) -> None:
         """The stop hotkey: cancel running answers and halt an automation run."""
-        self.emit_event("hotkey", what="stop")
         for window in self.windows:
             window.stop()
         self.automation.stop()
@@ -330,7 +288,6 @@ class TrayApp(QObject):
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self.settings_path)
         dialog.saved.connect(self._settings_saved)
-        self.emit_event("settings_shown")
         dialog.setModal(False)
         dialog.show()
         dialog.raise_()
@@ -345,14 +302,12 @@ class TrayApp(QObject):
             if problem:
                 self.notify(problem, error=True)
         reload = dataclasses.replace(old, hotkeys=new.hotkeys, safety_mode=new.safety_mode) != new
-        self.emit_event("settings_saved", hotkeys=dataclasses.asdict(new.hotkeys), reload=reload)
         self.notify(f"Settings saved to {self.settings_path}." + (" Reloading the model…" if reload else ""))
         if reload:
             self.load_engine()
 
     @Slot(str)
     def _command(self, word: str) -> None:
-        self.emit_event("command", command=word)
         {
             "ask": self.ask_screen,
             "region": self.ask_region,
@@ -361,22 +316,12 @@ class TrayApp(QObject):
             "quit": self.quit,
         }[word]()
 
-    def _menu_shown(self) -> None:
-        # Where Quit is on screen, once the menu has been placed (for scripted clicks in tests).
-        def report() -> None:
-            rect = self.menu.actionGeometry(self.quit_action)
-            centre = self.menu.mapToGlobal(rect.center())
-            self.emit_event("tray_menu_shown", quit_x=centre.x(), quit_y=centre.y())
-
-        QTimer.singleShot(100, report)
-
     def _tray_activated(self, reason) -> None:
         if reason == QSystemTrayIcon.ActivationReason.Trigger:  # a left click opens the menu too
             self.menu.popup(QCursor.pos())
 
     @Slot()
     def quit(self) -> None:
-        self.emit_event("quit")
         self.automation.stop()
         for window in list(self.windows):
             window.close()
@@ -389,7 +334,7 @@ class TrayApp(QObject):
         QApplication.quit()
 
 
-def run(settings: Settings, settings_path: Path, events_path: str | None = None, notices: tuple[str, ...] = ()) -> int:
+def run(settings: Settings, settings_path: Path, notices: tuple[str, ...] = ()) -> int:
     """Run the tray app until Quit. Exit 1 when another instance already runs for this user."""
     app = QApplication.instance() or QApplication(["qvl-agent"])
     app.setApplicationName("qvl-agent")
@@ -403,7 +348,7 @@ def run(settings: Settings, settings_path: Path, events_path: str | None = None,
             file=sys.stderr,
         )
         return 1
-    tray = TrayApp(settings, settings_path, instance, EventLog(events_path), notices)
+    tray = TrayApp(settings, settings_path, instance, notices)
     tray.start()
     code = app.exec()
     tray.host.close()

@@ -1,18 +1,20 @@
 """The ask window: a screenshot's thumbnail, a question box, and the answer streamed as Markdown.
 
 Follow-ups reuse the same engine session, so the screenshot is encoded once; the status line says
-whether the vision features were cached and how long the first token took. The window never waits on
-the engine: questions are queued on the engine thread (`EngineHost`) and pieces arrive as signals.
+whether the vision features were cached and how long the first token took (figures only where they mean
+something: not for an answer that arrived in one burst). The window never waits on the engine:
+questions are queued on the engine thread (`EngineHost`) and pieces arrive as signals.
 
-Buttons: Copy (the last answer), Do it (hands the request to the automation loop), Playwright script
-(shown when a browser is on screen), Stop (cancels the running answer). Esc closes the window.
+Buttons (each with an Alt+letter mnemonic): Copy (the last answer), Where is…? (the text in the box is
+looked up with `grounding.locate`, a marker ring shows the point on the screen and the window steps
+aside when it covers it), Do it (hands the
+request to the automation loop), Playwright script (shown when a browser is on screen), Stop (cancels
+the running answer). Esc closes the window.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from PySide6.QtCore import Qt, QTimer, Signal, Slot
+from PySide6.QtCore import QPoint, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import QGuiApplication, QKeySequence, QPixmap, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -25,17 +27,22 @@ from PySide6.QtWidgets import (
 )
 
 from qvl_agent.engine.base import GenerationOptions, TurnStats
+from qvl_agent.grounding import GroundedPoint, locate
 from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import Conversation, EngineHost
-from qvl_agent.ui.screen import to_qimage
+from qvl_agent.ui.overlay import ClickMarker
+from qvl_agent.ui.screen import to_logical, to_qimage
 
-TITLE = "qvl-agent: ask about the screen"
+TITLE = "qvl-agent: ask about the {subject}"
 THUMB_WIDTH = 360
-EventSink = Callable[..., None]
+MIN_RATE_TOKENS = 8  # a decode rate over fewer tokens is noise
+MIN_DECODE_MS = 20.0  # ... and so is one over a reply that arrived in one burst (a replay, a cache)
+LOCATE_MARKER_MS = 10_000  # how long the "Where is…?" ring stays (a new question or closing hides it sooner)
 
 
 def describe_stats(stats: TurnStats | None, turn: int) -> str:
-    """The status line after an answer: vision features cached or not, and the time to first token."""
+    """The status line after an answer: vision features cached or not, the time to first token and the
+    decode rate, each only when measured (a replayed answer has neither)."""
     if stats is None:
         return "Answered."
     if stats.vision == "hit":
@@ -46,16 +53,19 @@ def describe_stats(stats: TurnStats | None, turn: int) -> str:
         vision = "vision features reused from the first question"
     else:
         vision = "no image"
-    parts = [vision, f"first token {stats.ttft_ms:.0f} ms"]
+    parts = [vision]
+    if stats.ttft_ms >= 1:
+        parts.append(f"first token {stats.ttft_ms:.0f} ms")
     if stats.cached_tokens:
         parts.append(f"{stats.cached_tokens} of {stats.prompt_tokens} context tokens reused")
-    if stats.decode_tokens_per_s:
+    decode_ms = stats.total_ms - stats.ttft_ms
+    if stats.decode_tokens_per_s and stats.decode_tokens >= MIN_RATE_TOKENS and decode_ms >= MIN_DECODE_MS:
         parts.append(f"{stats.decode_tokens_per_s:.0f} tokens/s")
     return " · ".join(parts)
 
 
 class AskWindow(QWidget):
-    """One conversation about one screenshot."""
+    """One conversation about one screenshot (the whole monitor, or a region of it)."""
 
     do_it_requested = Signal(str, object)  # the request, the Screenshot it is about
     playwright_requested = Signal(str, object)
@@ -68,17 +78,20 @@ class AskWindow(QWidget):
         *,
         browser_on_screen: bool = False,
         options: GenerationOptions | None = None,
-        on_event: EventSink | None = None,
+        region: bool = False,
     ) -> None:
         super().__init__(None, Qt.WindowType.Window | Qt.WindowType.WindowStaysOnTopHint)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.setWindowTitle(TITLE)
+        self.subject = "region" if region else "screen"
+        self.setWindowTitle(TITLE.format(subject=self.subject))
         self.host = host
         self.shot = shot
         self.options = options
         self.conversation = Conversation(images=(shot,))
-        self._emit = on_event or (lambda *a, **k: None)
+        self.marker = ClickMarker()
+        self._marker_timer = QTimer(self, singleShot=True, interval=LOCATE_MARKER_MS, timeout=self.marker.hide)
         self._request: int | None = None
+        self._locating: tuple[int, str] | None = None  # (request, description) of a running "Where is…?"
         self._answer = ""
         self._question = ""
         self._history: list[tuple[str, str]] = []  # finished (question, answer) pairs
@@ -91,6 +104,8 @@ class AskWindow(QWidget):
         host.answered.connect(self._on_answered)
         host.errored.connect(self._on_error)
         host.cancelled.connect(self._on_cancelled)
+        host.called.connect(self._on_located)
+        host.call_failed.connect(self._on_locate_failed)
 
     # --- layout -------------------------------------------------------------------------------------
 
@@ -106,27 +121,30 @@ class AskWindow(QWidget):
         self.answer_view.setOpenExternalLinks(True)
         self.answer_view.setPlaceholderText("The answer appears here.")
         self.question = QLineEdit()
-        self.question.setPlaceholderText("Ask about the screen and press Enter")
+        self.question.setPlaceholderText(f"Ask about the {self.subject} and press Enter")
         self.question.returnPressed.connect(self.submit)
         self.question.textChanged.connect(self._update_buttons)
-        self.status = QLabel("Ask a question about this screenshot.")
+        self.status = QLabel(f"Ask a question about this {self.subject}.")
         self.status.setWordWrap(True)
 
-        self.copy_button = QPushButton("Copy")
-        self.do_it_button = QPushButton("Do it")
-        self.playwright_button = QPushButton("Playwright script")
-        self.stop_button = QPushButton("Stop")
+        self.copy_button = QPushButton("&Copy")
+        self.locate_button = QPushButton("&Where is…?")
+        self.do_it_button = QPushButton("&Do it")
+        self.playwright_button = QPushButton("&Playwright script")
+        self.stop_button = QPushButton("&Stop")
         self.copy_button.setToolTip("Copy the last answer")
+        self.locate_button.setToolTip("Find what the box describes (e.g. “the Save button”) and mark it on the screen")
         self.do_it_button.setToolTip("Let the agent carry out the request on this screen")
         self.playwright_button.setToolTip("Write a Playwright script for the request in the browser on screen")
         self.copy_button.clicked.connect(self.copy_answer)
+        self.locate_button.clicked.connect(self.locate)
         self.do_it_button.clicked.connect(self._do_it)
         self.playwright_button.clicked.connect(self._playwright)
         self.stop_button.clicked.connect(self.stop)
         self.playwright_button.setVisible(browser_on_screen)
 
         buttons = QHBoxLayout()
-        for button in (self.copy_button, self.do_it_button, self.playwright_button):
+        for button in (self.copy_button, self.locate_button, self.do_it_button, self.playwright_button):
             buttons.addWidget(button)
         buttons.addStretch(1)
         buttons.addWidget(self.stop_button)
@@ -143,9 +161,10 @@ class AskWindow(QWidget):
         self.question.setFocus()
 
     def _update_buttons(self) -> None:
-        busy = self._request is not None
-        self.stop_button.setEnabled(busy)
+        busy = self.busy
+        self.stop_button.setEnabled(self._request is not None)
         self.copy_button.setEnabled(bool(self.last_answer))
+        self.locate_button.setEnabled(not busy and bool(self.question.text().strip()))
         has_request = bool(self.question.text().strip() or self.last_question)
         self.do_it_button.setEnabled(not busy and has_request)
         self.playwright_button.setEnabled(not busy and has_request)
@@ -154,7 +173,7 @@ class AskWindow(QWidget):
 
     @property
     def busy(self) -> bool:
-        return self._request is not None
+        return self._request is not None or self._locating is not None
 
     @Slot()
     def submit(self) -> None:
@@ -167,9 +186,9 @@ class AskWindow(QWidget):
             return
         self._question, self._answer = text, ""
         self.question.clear()
+        self.marker.hide()
         self._request = self.host.ask(self.conversation, text, self.options)
         self.status.setText("Answering…")
-        self._emit("question", text=text, turn=len(self._history) + 1)
         self._render()
         self._update_buttons()
 
@@ -195,7 +214,6 @@ class AskWindow(QWidget):
             return
         self._finish(text)
         self.status.setText(describe_stats(stats, len(self._history)))
-        self._emit("answer_done", text=text, stats=stats.as_dict() if stats else None, turn=len(self._history))
 
     @Slot(int, str)
     def _on_error(self, request: int, message: str) -> None:
@@ -203,7 +221,6 @@ class AskWindow(QWidget):
             return
         self._finish(self._answer)
         self.status.setText(message)
-        self._emit("answer_error", message=message)
 
     @Slot(int, str)
     def _on_cancelled(self, request: int, partial: str) -> None:
@@ -211,7 +228,6 @@ class AskWindow(QWidget):
             return
         self._finish(partial)
         self.status.setText("Stopped.")
-        self._emit("answer_cancelled", text=partial)
 
     def _finish(self, text: str) -> None:
         self._answer = text
@@ -229,6 +245,55 @@ class AskWindow(QWidget):
         self.answer_view.setMarkdown("\n\n---\n\n".join(parts))
         bar = self.answer_view.verticalScrollBar()
         bar.setValue(bar.maximum())
+
+    # --- where is…? ---------------------------------------------------------------------------------
+
+    @Slot()
+    def locate(self) -> None:
+        """Find what the box describes on this screenshot; the answer is a marker ring on the screen."""
+        description = self.question.text().strip()
+        if not description or self.busy:
+            return
+        if not self.host.is_ready:
+            self.status.setText(f"The model is not ready yet ({self.host.message}).")
+            return
+        shot = self.shot
+        self.marker.hide()
+        self._locating = (self.host.call(lambda engine: locate(engine, shot, description)), description)
+        self.status.setText(f"Looking for {description}…")
+        self._update_buttons()
+
+    @Slot(int, object)
+    def _on_located(self, request: int, point: GroundedPoint) -> None:
+        if self._locating is None or request != self._locating[0]:
+            return
+        description = self._locating[1]
+        self._locating = None
+        self.question.clear()
+        self._step_aside(point.x, point.y)
+        self.marker.show_at(point.x, point.y, description)
+        self._marker_timer.start()
+        self.status.setText(f"“{description}” is marked on the screen, at ({point.x}, {point.y}).")
+        self._update_buttons()
+
+    def _step_aside(self, x: int, y: int) -> None:
+        """Move this window off the found point (physical pixels), so the person sees the target, not us."""
+        screen = QGuiApplication.screenAt(QPoint(x, y)) or QGuiApplication.primaryScreen()
+        point, frame = to_logical(screen, x, y), self.frameGeometry()
+        margin = self.marker.SIZE
+        if not frame.adjusted(-margin, -margin, margin, margin).contains(point):
+            return
+        area = screen.availableGeometry()
+        left = area.right() + 1 - frame.width() if point.x() < area.center().x() else area.left()
+        self.move(left, frame.top())
+
+    @Slot(int, str)
+    def _on_locate_failed(self, request: int, message: str) -> None:
+        if self._locating is None or request != self._locating[0]:
+            return
+        self._locating = None
+        self.status.setText(message)
+        self._update_buttons()
 
     # --- buttons --------------------------------------------------------------------------------------
 
@@ -255,22 +320,21 @@ class AskWindow(QWidget):
 
     # --- window events --------------------------------------------------------------------------------
 
-    def showEvent(self, event) -> None:  # noqa: N802 (Qt naming)
-        super().showEvent(event)
-        self._emit("ask_window_shown", width=self.shot.width, height=self.shot.height, browser=self.browser_on_screen)
-
-    def closeEvent(self, event) -> None:  # noqa: N802
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
         self.conversation.cancel()
+        self._marker_timer.stop()
+        self.marker.close()
         for signal, slot in (
             (self.host.piece, self._on_piece),
             (self.host.answered, self._on_answered),
             (self.host.errored, self._on_error),
             (self.host.cancelled, self._on_cancelled),
+            (self.host.called, self._on_located),
+            (self.host.call_failed, self._on_locate_failed),
         ):
             signal.disconnect(slot)
         # Free the KV cache on the engine thread, behind whatever turn is still finishing there.
         conversation = self.conversation
         self.host.call(lambda _engine: conversation.close())
-        self._emit("ask_window_closed")
         self.closed.emit()
         super().closeEvent(event)

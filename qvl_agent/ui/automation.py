@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtWidgets import QMessageBox, QWidget
@@ -26,6 +27,9 @@ from qvl_agent.config import Settings
 from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import EngineHost
 from qvl_agent.ui.overlay import ClickMarker
+
+if TYPE_CHECKING:
+    from qvl_agent.agent import RunResult
 
 MARKER_MS = 600  # how long the ring shows where the next click lands before the click happens
 MARKER_TIMEOUT_S = 10.0  # a GUI thread that cannot show the marker by then refuses the action
@@ -80,16 +84,26 @@ class _Ask(QObject):
             self._handler(box)
 
 
-class Automation(QObject):
-    """Runs the agent for the tray app. `finished` carries one sentence about how the run ended."""
+def describe_outcome(result: RunResult, declined: str = "") -> str:
+    """One sentence for the person: how the run ended (a "no" in confirm mode is a cancel, not a stop)."""
+    if declined:
+        return f"Task cancelled: you declined {declined}."
+    head = {"success": "Task done", "failure": "Task failed", "stopped": "Task stopped", "limit": "Task not finished"}
+    text = f"{head.get(result.status, 'Task ended with an error')}: {result.message}"
+    return f"{text} Answer: {result.answer}" if result.answer else text
 
+
+class Automation(QObject):
+    """Runs the agent for the tray app. `started` carries the task, `finished` one sentence about how the
+    run ended; `trace_dir` is the last run's trace folder."""
+
+    started = Signal(str)
     finished = Signal(str)
 
     def __init__(
         self,
         host: EngineHost,
         settings: Callable[[], Settings],
-        emit_event: Callable[..., None],
         parent: QObject | None = None,
         executor_factory: Callable = default_executor,
         marker_ms: int = MARKER_MS,
@@ -97,15 +111,17 @@ class Automation(QObject):
         trace_root: Path | None = None,
     ) -> None:
         super().__init__(parent)
-        self.host, self.settings, self.emit_event = host, settings, emit_event
+        self.host, self.settings = host, settings
         self.executor_factory = executor_factory
         self.marker_ms = marker_ms
         self.marker_timeout_s = marker_timeout_s
         self.trace_root = trace_root  # None: the same place `qvl-agent run` writes its traces
         self.marker = ClickMarker()
         self.guard: Guard | None = None
+        self.trace_dir: Path | None = None
         self.running = False
         self.last_report: Path | None = None  # the last run's report.html, for the tray's "Open report"
+        self._declined = ""  # what the person said no to in this run
         self._request: int | None = None
         self._window: QWidget | None = None
         self._marker = _Ask(self._show_marker, self)
@@ -133,10 +149,10 @@ class Automation(QObject):
         mode = settings.safety_mode
         guard = Guard(mode=mode, confine=shot.region if shot is not None else None)
         executor = self.executor_factory(shot, guard, mode)
-        self.guard, self.running, self._window = guard, True, window
+        self.guard, self.running, self._window, self._declined = guard, True, window, ""
         if window is not None:
             window.hide()
-        self.emit_event("automation_started", task=task, mode=mode)
+        self.started.emit(task)
         confirm = self._confirm_action
 
         def on_event(event) -> None:
@@ -179,19 +195,15 @@ class Automation(QObject):
     def _done(self, request: int, value) -> None:
         if request != self._request:
             return
-        result, trace_dir, report = value
-        text = f"Do it: {result.status}. {result.message}"
-        if result.answer:
-            text += f" Answer: {result.answer}"
-        self.last_report = report
-        self._end(text, status=result.status, answer=result.answer, trace=str(trace_dir), report=str(report or ""))
+        result, self.trace_dir, self.last_report = value
+        self._end(describe_outcome(result, self._declined))
 
     @Slot(int, str)
     def _failed(self, request: int, message: str) -> None:
         if request == self._request:
-            self._end(f"Do it failed: {message}", status="error", answer="", trace="")
+            self._end(f"The task could not run: {message}")
 
-    def _end(self, text: str, **data) -> None:
+    def _end(self, text: str) -> None:
         self.running, self._request, self.guard = False, None, None
         self.marker.hide()
         window, self._window = self._window, None
@@ -200,7 +212,6 @@ class Automation(QObject):
             status = getattr(window, "status", None)
             if status is not None:
                 status.setText(text)
-        self.emit_event("automation_done", message=text, **data)
         self.finished.emit(text)
 
     # --- callbacks from the engine thread -------------------------------------------------------------
@@ -217,7 +228,6 @@ class Automation(QObject):
     def _show_marker(self, box: dict) -> None:
         x, y, label = box["data"]["x"], box["data"]["y"], box["data"]["label"]
         self.marker.show_at(x, y, label)
-        self.emit_event("marker_shown", x=x, y=y, label=label)
 
         def release() -> None:
             self.marker.hide()  # gone before the click, so it is neither clicked nor captured
@@ -234,8 +244,9 @@ class Automation(QObject):
         text = describe_pixels(action, pixels)
         if pixels:
             self.marker.show_at(*pixels[0], text)
-        self.emit_event("confirm_asked", action=text)
         answer = QMessageBox.question(None, "qvl-agent: allow this action?", f"The agent wants to: {text}")
         self.marker.hide()
         box["result"] = answer == QMessageBox.StandardButton.Yes
+        if not box["result"]:
+            self._declined = text
         box["done"].set()

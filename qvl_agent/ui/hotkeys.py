@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, Signal
 
 from qvl_agent import capture
 from qvl_agent.act.guard import start_hotkeys
-from qvl_agent.config import Hotkeys, check_hotkey, check_hotkeys  # noqa: F401  (the syntax is a setting's)
+from qvl_agent.config import Hotkeys, check_hotkey, check_hotkeys, hotkey_label  # noqa: F401  (the syntax is a setting's)
 
 
 def problem() -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QAction, QColor, QFont, QIcon, QPainter, QPixmap
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QLayout, QPushButton, QVBoxLayout, QWidget
 
 LAUNCHER_TITLE = "qvl-agent launcher"
 
@@ -32,7 +32,10 @@ def make_icon() -> QIcon:
 
 
 class Launcher(QWidget):
-    """Stands in for the tray icon: the same actions as buttons, plus the engine's status."""
+    """Stands in for the tray icon: the same actions as buttons, plus the engine's status.
+
+    The window takes the size of its contents and grows with a longer status, so no text is cut off.
+    """
 
     def __init__(self, actions: list[QAction], notice: str) -> None:
         flags = Qt.WindowType.Window | Qt.WindowType.WindowStaysOnTopHint | Qt.WindowType.Tool
@@ -50,6 +53,8 @@ class Launcher(QWidget):
             button.clicked.connect(action.trigger)
             row.addWidget(button)
         layout = QVBoxLayout(self)
+        # Word-wrapped labels in a freely sized window get clipped; a fixed-size layout asks each its height.
+        layout.setSizeConstraint(QLayout.SizeConstraint.SetFixedSize)
         layout.addWidget(self.notice)
         layout.addWidget(self.status)
         layout.addLayout(row)

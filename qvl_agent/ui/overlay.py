@@ -3,19 +3,21 @@
 `RegionOverlay` shows the screenshot that was already taken (so nothing of ours is in it), dimmed, and
 lets the person drag a rectangle; it reports the rectangle in physical pixels. Esc or a click without a
 drag cancels. `ClickMarker` is a small always-on-top ring that ignores input, shown where the agent is
-about to click, so the person sees the target before anything happens.
+about to click (so the person sees the target before anything happens) and where "Where is…?" found
+something.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, QRect, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QPixmap, QScreen
+from PySide6.QtGui import QColor, QGuiApplication, QPainter, QPen, QPixmap, QRegion, QScreen
 from PySide6.QtWidgets import QWidget
 
 from qvl_agent.image import Region, Screenshot
 from qvl_agent.ui.screen import to_logical, to_physical, to_qimage
 
 MIN_REGION = 8  # physical pixels a side: anything smaller was a click, not a drag
+MARKER_COLOR = QColor(230, 30, 30)
 
 
 class RegionOverlay(QWidget):
@@ -113,9 +115,15 @@ class RegionOverlay(QWidget):
 
 
 class ClickMarker(QWidget):
-    """A ring with a cross at a physical pixel, on top of everything and transparent to the pointer."""
+    """A ring with four ticks around a physical pixel, on top of everything and transparent to the pointer.
 
-    SIZE = 44
+    The window is shaped with a mask, so only the ring and ticks are drawn and the target in the middle
+    stays visible on every desktop: without a compositor a translucent window would be an opaque square.
+    """
+
+    SIZE = 48
+    RING = 5  # ring thickness
+    CLEAR = 8  # radius around the target that nothing covers
 
     def __init__(self) -> None:
         flags = (
@@ -126,12 +134,27 @@ class ClickMarker(QWidget):
             | Qt.WindowType.X11BypassWindowManagerHint
         )
         super().__init__(None, flags)
-        self.setAttribute(Qt.WidgetAttribute.WA_TranslucentBackground)
         self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
         self.setWindowTitle("qvl-agent marker")
         self.setFixedSize(self.SIZE, self.SIZE)
+        self.setMask(self.shape())
         self.label = ""
         self.target: tuple[int, int] | None = None
+
+    @classmethod
+    def shape(cls) -> QRegion:
+        """The ring and the ticks pointing at the centre; the centre itself is left out."""
+        size, c = cls.SIZE, cls.SIZE // 2
+        inner = cls.SIZE - 2 * cls.RING
+        region = QRegion(0, 0, size, size, QRegion.RegionType.Ellipse)
+        region -= QRegion(cls.RING, cls.RING, inner, inner, QRegion.RegionType.Ellipse)
+        tick = c - cls.RING - cls.CLEAR
+        for rect in (
+            QRect(c - 1, cls.RING, 3, tick), QRect(c - 1, c + cls.CLEAR, 3, tick),
+            QRect(cls.RING, c - 1, tick, 3), QRect(c + cls.CLEAR, c - 1, tick, 3),
+        ):  # fmt: skip
+            region += QRegion(rect)
+        return region
 
     def show_at(self, x: int, y: int, label: str = "") -> None:
         """Centre the ring on physical pixel (x, y)."""
@@ -146,10 +169,6 @@ class ClickMarker(QWidget):
 
     def paintEvent(self, event) -> None:  # noqa: N802
         painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        c = self.SIZE // 2
-        painter.setPen(QPen(QColor(255, 40, 40, 230), 4))
-        painter.drawEllipse(QPoint(c, c), c - 4, c - 4)
-        painter.setPen(QPen(QColor(255, 40, 40, 230), 2))
-        painter.drawLine(c - 8, c, c + 8, c)
-        painter.drawLine(c, c - 8, c, c + 8)
+        painter.fillRect(self.rect(), MARKER_COLOR)  # the mask cuts out the ring and ticks
+        painter.setPen(QPen(QColor(255, 255, 255), 1))  # a light inner edge, seen on red backgrounds too
+        painter.drawEllipse(self.RING, self.RING, self.SIZE - 2 * self.RING - 1, self.SIZE - 2 * self.RING - 1)

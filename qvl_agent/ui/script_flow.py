@@ -55,14 +55,13 @@ class ScriptFlow(QObject):
         self,
         host: EngineHost,
         settings: Callable[[], Settings],
-        emit_event: Callable[..., None],
         parent: QObject | None = None,
         script_dir: Path | None = None,
         confirm_url: Callable[[str, QWidget | None], str | None] | None = None,
         open_file: Callable[[Path], None] | None = None,
     ) -> None:
         super().__init__(parent)
-        self.host, self.settings, self.emit_event = host, settings, emit_event
+        self.host, self.settings = host, settings
         self.script_dir = script_dir
         self.confirm_url = confirm_url or ask_for_url
         self.open_file = open_file or (lambda path: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
@@ -113,7 +112,6 @@ class ScriptFlow(QObject):
         path = root / f"qvl-{time.strftime('%Y%m%d-%H%M%S')}.py"
         settings = self.settings()
         self._say(window, f"Writing and verifying a script for {url}…")
-        self.emit_event("playwright_started", url=url, task=task)
         request = self.host.call(lambda engine: generate_script(engine, settings, url, task, path))
         self._pending[request] = ("run", task, window)
 
@@ -122,7 +120,6 @@ class ScriptFlow(QObject):
         if path is None:
             self._end(window, f"No Playwright script passed its checks ({summary}).")
             return
-        self.emit_event("playwright_script", path=str(path))
         self.written.emit(str(path))
         self.open_file(Path(path))
         self._end(window, f"Wrote the Playwright script {path} ({summary}); run it with: python {path}")
@@ -134,7 +131,6 @@ class ScriptFlow(QObject):
 
     def _end(self, window: QWidget | None, text: str) -> None:
         self._say(window, text)
-        self.emit_event("playwright_done", message=text)
         self.finished.emit(text)
 
 

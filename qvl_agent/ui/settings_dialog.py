@@ -1,9 +1,11 @@
 """The settings dialog: model, device, screenshot pixel cap, hotkeys, safety mode.
 
-Values are checked before anything is written (`Settings.validated` plus the hotkey syntax); a bad value
-is refused with one sentence in the dialog, which stays open. Saving goes through `config.save`, which
-writes atomically. Only the fields shown here change: whatever else the file holds is kept, and values
-that came from flags or the environment for this run are not written into it.
+Hotkeys are recorded by pressing them (`HotkeyEdit`) and shown as "Ctrl+Alt+Q". Values are checked before
+anything is written (`Settings.validated` plus the hotkey check); a bad value is refused with one sentence
+in the dialog, which stays open. Saving goes through `config.save`, which writes atomically. Only the
+fields shown here change: whatever else the file holds is kept, and values that came from flags or the
+environment for this run are not written into it. The dialog stays on top, like the ask windows it may be
+opened from.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import Signal, Slot
+from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -26,9 +28,12 @@ from PySide6.QtWidgets import (
 from qvl_agent import config
 from qvl_agent.config import SAFETY_MODES, Hotkeys, Settings
 from qvl_agent.errors import ConfigError
+from qvl_agent.ui.hotkey_edit import HotkeyEdit
 from qvl_agent.ui.hotkeys import check_hotkeys
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:0", "cuda:1")
+FIELD_MIN_WIDTH = 380  # a Hugging Face id or a home-folder path fits without scrolling
+FIELD_MAX_WIDTH = 900  # longer paths scroll in the field rather than stretch the dialog across the screen
 
 
 class SettingsDialog(QDialog):
@@ -39,6 +44,8 @@ class SettingsDialog(QDialog):
     def __init__(self, current: Settings, path: Path, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("qvl-agent settings")
+        # Above the ask windows, which stay on top: opened from one, it must not hide behind it.
+        self.setWindowFlag(Qt.WindowType.WindowStaysOnTopHint, True)
         self.current, self.path = current, path
         self.model = QLineEdit(current.model)
         self.model.setPlaceholderText("Qwen/Qwen3-VL-2B-Instruct or a local folder")
@@ -51,9 +58,9 @@ class SettingsDialog(QDialog):
             "Screenshots above this many pixels are scaled down before the model sees them: "
             "faster on 4K screens, at the cost of small text."
         )
-        self.hotkey_ask = QLineEdit(current.hotkeys.ask)
-        self.hotkey_region = QLineEdit(current.hotkeys.region)
-        self.hotkey_stop = QLineEdit(current.hotkeys.stop)
+        self.hotkey_ask = HotkeyEdit(current.hotkeys.ask)
+        self.hotkey_region = HotkeyEdit(current.hotkeys.region)
+        self.hotkey_stop = HotkeyEdit(current.hotkeys.stop)
         self.safety_mode = QComboBox()
         self.safety_mode.addItems(SAFETY_MODES)
         self.safety_mode.setCurrentText(current.safety_mode)
@@ -61,7 +68,11 @@ class SettingsDialog(QDialog):
         self.error.setWordWrap(True)
         self.error.setStyleSheet("color: #b00020")
 
+        room = self.model.fontMetrics().horizontalAdvance(current.model) + 24  # the whole id or path, up to a cap
+        self.model.setMinimumWidth(min(max(FIELD_MIN_WIDTH, room), FIELD_MAX_WIDTH))
+        self.model.setCursorPosition(0)
         form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.addRow("Model (id or folder)", self.model)
         form.addRow("Device", self.device)
         form.addRow("Max screenshot pixels", self.max_pixels)
@@ -87,9 +98,9 @@ class SettingsDialog(QDialog):
             raise ConfigError(f"Max screenshot pixels must be a whole number, not {text!r}.") from None
         hotkeys = check_hotkeys(
             Hotkeys(
-                ask=self.hotkey_ask.text().strip(),
-                region=self.hotkey_region.text().strip(),
-                stop=self.hotkey_stop.text().strip(),
+                ask=self.hotkey_ask.hotkey(),
+                region=self.hotkey_region.hotkey(),
+                stop=self.hotkey_stop.hotkey(),
             )
         )
         return {
