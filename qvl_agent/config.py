@@ -56,8 +56,13 @@ def hotkey_keys(text: str, what: str = "hotkey") -> list[str]:
     example = "like <ctrl>+<alt>+q"
     if not isinstance(text, str):
         raise ConfigError(f"The {what} hotkey must be text {example}, not {text!r}.")
+    if not text.strip():
+        raise ConfigError(
+            f"The {what} hotkey is empty: press a combination like Ctrl+Alt+Q in Settings "
+            f"(or write one {example} in config.toml)."
+        )
     parts = text.strip().lower().split("+")
-    if not text.strip() or any(not p for p in parts):
+    if any(not p for p in parts):
         raise ConfigError(f"The {what} hotkey {text!r} is not a key combination {example}.")
     keys = []
     for part in parts:
@@ -72,12 +77,13 @@ def hotkey_keys(text: str, what: str = "hotkey") -> list[str]:
             raise ConfigError(
                 f"The {what} hotkey {text!r} has {part!r}: write named keys in angle brackets, {example}."
             )
+    shown = hotkey_label(text)  # well formed from here on: say it as people read it
     if len(set(keys)) != len(keys):
-        raise ConfigError(f"The {what} hotkey {text!r} repeats a key.")
+        raise ConfigError(f"The {what} hotkey {shown} repeats a key.")
     if all(k in MODIFIERS for k in keys):
-        raise ConfigError(f"The {what} hotkey {text!r} needs a key besides the modifiers.")
+        raise ConfigError(f"The {what} hotkey {shown} needs a key besides the modifiers.")
     if not any(k in MODIFIERS for k in keys) and not any(k.startswith("f") and k[1:].isdigit() for k in keys):
-        raise ConfigError(f"The {what} hotkey {text!r} needs a modifier (ctrl, alt, shift or cmd), {example}.")
+        raise ConfigError(f"The {what} hotkey {shown} needs a modifier (Ctrl, Alt, Shift or Super), like Ctrl+Alt+Q.")
     return keys
 
 
