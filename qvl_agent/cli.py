@@ -54,23 +54,6 @@ def print_event(event, prefix: str = "") -> None:
         print(f"step {event.step}: {prefix}not carried out: {printable(event.message)}", flush=True)
 
 
-def run_agent(
-    settings, executor, guard, trace, task: str, max_steps: int, on_event=print_event, header: str = "", **agent_args
-):
-    """Load the engine that `settings` name, print `header` (once the model loaded, so a load error stays
-    the only line), run the agent on `task` and return its RunResult: what `run` and `browse` share."""
-    from qvl_agent.agent import Agent
-    from qvl_agent.engine import GenerationOptions, open_engine
-
-    options = GenerationOptions(max_new_tokens=settings.max_new_tokens)
-    with open_engine(settings) as engine:
-        if header:
-            print(f"qvl-agent: {header}", file=sys.stderr, flush=True)
-        agent = Agent(engine, executor, guard, trace, max_steps=max_steps, on_event=on_event, options=options,
-                      **agent_args)  # fmt: skip
-        return agent.run(task)
-
-
 def print_result(result, trace_dir, prefix: str = "") -> None:
     """An agent run's answer on stdout and its status line on stderr, model text escaped for the terminal."""
     from qvl_agent.actions import printable

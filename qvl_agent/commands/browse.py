@@ -17,8 +17,10 @@ import sys
 from pathlib import Path
 
 from qvl_agent.act.guard import Guard
-from qvl_agent.cli import add_engine_args, print_result, run_agent, task_and_steps
+from qvl_agent.agent import Agent
+from qvl_agent.cli import add_engine_args, print_event, print_result, task_and_steps
 from qvl_agent.config import Settings
+from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import QvlError, UsageError
 from qvl_agent.trace import TraceWriter, default_trace_dir
 
@@ -76,7 +78,18 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             max_actions_per_reply=settings.max_actions_per_reply,
             max_type_chars=settings.max_type_chars,
         )
-        result = run_agent(settings, executor, guard, trace, task, args.max_steps, prompt_name="browser")
+        with open_engine(settings) as engine:
+            agent = Agent(
+                engine,
+                executor,
+                guard,
+                trace,
+                max_steps=args.max_steps,
+                prompt_name="browser",
+                on_event=print_event,
+                options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
+            )
+            result = agent.run(task)
         final = None
         if result.ok:
             try:

@@ -14,15 +14,17 @@ folder (`qvl-agent trace show DIR` prints it).
 from __future__ import annotations
 
 import argparse
-from functools import partial
+import sys
 from pathlib import Path
 
 from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard
+from qvl_agent.agent import Agent
 from qvl_agent.capture import list_monitors
-from qvl_agent.cli import add_engine_args, print_event, print_result, run_agent, task_and_steps
+from qvl_agent.cli import add_engine_args, print_event, print_result, task_and_steps
 from qvl_agent.config import Settings
+from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
 from qvl_agent.image import Region
 from qvl_agent.trace import TraceWriter, default_trace_dir
@@ -82,14 +84,24 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"{problem} --yes runs only with a working emergency stop: run without --yes "
                              "to confirm each action.")  # fmt: skip
         if dry:
-            header = "DRY RUN: nothing will be clicked or typed; each action is only shown."
+            print("qvl-agent: DRY RUN: nothing will be clicked or typed; each action is only shown.",
+                  file=sys.stderr, flush=True)  # fmt: skip
         elif problem:
-            header = f"{problem} Press Ctrl+C here to stop."
+            print(f"qvl-agent: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
         else:
-            header = f"press {hotkey} to stop at any moment."
+            print(f"qvl-agent: press {hotkey} to stop at any moment.", file=sys.stderr, flush=True)
         trace = TraceWriter(trace_dir)
-        on_event = partial(print_event, prefix=dry)
-        result = run_agent(settings, executor, guard, trace, task, args.max_steps, on_event=on_event, header=header)
+        with open_engine(settings) as engine:
+            agent = Agent(
+                engine,
+                executor,
+                guard,
+                trace,
+                max_steps=args.max_steps,
+                on_event=lambda event: print_event(event, prefix=dry),
+                options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
+            )
+            result = agent.run(task)
     finally:
         guard.close()
         executor.close()
