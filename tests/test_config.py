@@ -53,7 +53,7 @@ def test_one_typo_rejects_only_that_key_and_keeps_the_rest(path):
         ("[model]\nname = 'x'", "model", "must be text, not a table"),
         ("[max_pixels]\nvalue = 1", "max_pixels", "whole number, not a table"),
         ('safety_mode = ["auto"]', "safety_mode", "not a list"),
-        ('[hotkeys]\nstop = ""', "[hotkeys] stop", "hotkey"),
+        ('[hotkeys]\nstop = ""', "stop", "not a key combination"),
         ('[hotkeys]\nstop = "<ctrl>+<alt>+<nope>"', "stop", "unknown key"),
         ("[hotkeys.stop]\nkey = 'q'", "stop", "must be text"),
         ('[hotkeys]\nask = "<ctrl>+<alt>+<esc>"', "ask", "all be different"),
@@ -74,7 +74,7 @@ def test_the_stop_hotkey_can_never_be_switched_off_by_the_file(path):
     loaded = load_text(path, '[hotkeys]\nstop = ""\nask = "<ctrl>+<shift>+a"\n')
     assert loaded.settings.hotkeys == Hotkeys(ask="<ctrl>+<shift>+a")
     assert loaded.settings.hotkeys.stop == "<ctrl>+<alt>+<esc>"
-    with pytest.raises(ConfigError, match="The stop hotkey"):
+    with pytest.raises(ConfigError, match="stop hotkey ''"):
         Settings(hotkeys=Hotkeys(stop="")).validated()
 
 
