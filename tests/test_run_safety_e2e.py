@@ -105,3 +105,17 @@ def test_run_without_a_display_says_so_without_suggesting_image(tmp_path):
     done = run_cli("run", "--engine", engine, "--yes", "Go", env={"DISPLAY": "", "WAYLAND_DISPLAY": ""})
     assert done.returncode == 2
     assert "DISPLAY is not set" in done.stderr and "--image" not in done.stderr
+
+
+def test_an_empty_stop_key_in_the_settings_never_switches_the_stop_off(form, tmp_path):
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "config.toml").write_text('[hotkeys]\nstop = ""\n')
+    engine = replay(tmp_path, [call(action="terminate", status="success")])
+    done = run_cli("run", "--engine", engine, "--yes", "--trace-dir", str(tmp_path / "t"), "Go",
+                   env={"QVL_CONFIG_DIR": str(config_dir)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    notice = next(line for line in done.stderr.splitlines() if "[hotkeys] stop" in line)
+    assert "It is ignored" in notice or "it is ignored" in notice
+    assert "to stop at any moment" in done.stderr and "press  to stop" not in done.stderr
+    assert (config_dir / "config.toml").read_text() == '[hotkeys]\nstop = ""\n'

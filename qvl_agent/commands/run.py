@@ -93,6 +93,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if problem and mode == "auto":
             raise UsageError(f"{problem} --yes runs only with a working emergency stop: run without --yes "
                              "to confirm each action.")  # fmt: skip
+        engine = open_engine(settings)  # before the first line below, so a load error is the only line
         if dry:
             print("qvl-agent: DRY RUN: nothing will be clicked or typed; each action is only shown.",
                   file=sys.stderr, flush=True)  # fmt: skip
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(f"qvl-agent: press {hotkey_label(hotkey)} to stop at any moment.", file=sys.stderr, flush=True)
         trace = TraceWriter(trace_dir)
-        with open_engine(settings) as engine:
+        with engine:
             agent = Agent(
                 engine,
                 executor,

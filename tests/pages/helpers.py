@@ -36,7 +36,7 @@ def call(**arguments) -> str:
 
 
 def to_grid(px: float, py: float, viewport=VIEWPORT) -> list[int]:
-    """A CSS pixel of the viewport as a point on the model's 0-1000 grid (what parse.to_pixels inverts)."""
+    """A CSS pixel of the viewport as a point on the model's 0-1000 grid (what image.to_pixels inverts)."""
     return [round((px + 0.5) * 1000 / viewport[0]), round((py + 0.5) * 1000 / viewport[1])]
 
 
