@@ -237,6 +237,16 @@ class Guard:
             self._stop_chord = frozenset()  # `start` says why the hotkey is unusable
         self._listener: HotkeyListener | None = None
 
+    @classmethod
+    def for_settings(cls, settings: Settings, mode: str, **kwargs) -> Guard:
+        """A guard with the person's limits from the settings (actions per reply, typed characters)."""
+        return cls(
+            mode=mode,
+            max_actions_per_reply=settings.max_actions_per_reply,
+            max_type_chars=settings.max_type_chars,
+            **kwargs,
+        )
+
     def _ask_terminal(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
         return terminal_confirm(action, pixels, shot, switch=self.switch, stop_chord=self._stop_chord)
 

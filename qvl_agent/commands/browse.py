@@ -102,11 +102,10 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
         )
         # The run acts only inside its own fresh browser profile, so it does not ask before each action;
         # Ctrl+C in the terminal stops it. Keys reach the page, never the system, so no chord is refused.
-        guard = Guard(
-            mode="auto",
+        guard = Guard.for_settings(
+            settings,
+            "auto",
             allow_keys=True,
-            max_actions_per_reply=settings.max_actions_per_reply,
-            max_type_chars=settings.max_type_chars,
         )
         with open_engine(settings) as engine:
             agent = Agent(

@@ -72,13 +72,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     hotkey = settings.hotkeys.stop
     dry = "DRY RUN: " if mode == "dry-run" else ""
 
-    guard = Guard(
-        mode=mode,
+    guard = Guard.for_settings(
+        settings,
+        mode,
         confine=region,
         hotkey=hotkey,
         allow_keys=args.allow_keys,
-        max_actions_per_reply=settings.max_actions_per_reply,
-        max_type_chars=settings.max_type_chars,
     )
     desktop = DesktopExecutor(monitor=args.monitor, region=region, interrupt=guard.switch.check)
     executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop

@@ -129,7 +129,7 @@ class ScreenTools:
             )
         _check_steps(max_steps)
         # In auto mode the stop hotkey halts the run; a hotkey that cannot be hooked does not stop it.
-        guard = Guard(mode=mode, hotkey=self.settings.hotkeys.stop if mode == "auto" else None)
+        guard = Guard.for_settings(self.settings, mode, hotkey=self.settings.hotkeys.stop if mode == "auto" else None)
         desktop = DesktopExecutor(interrupt=guard.switch.check)
         executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop
         with self._lock:

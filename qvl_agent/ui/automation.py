@@ -147,7 +147,7 @@ class Automation(QObject):
             return False
         settings = self.settings()
         mode = settings.safety_mode
-        guard = Guard(mode=mode, confine=shot.region if shot is not None else None)
+        guard = Guard.for_settings(settings, mode, confine=shot.region if shot is not None else None)
         executor = self.executor_factory(shot, guard, mode)
         self.guard, self.running, self._window, self._declined = guard, True, window, ""
         if window is not None:
