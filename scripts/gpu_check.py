@@ -143,10 +143,11 @@ def prompt_of(session, n: int) -> str | None:
 def run(engine: Qwen3VLEngine, log) -> Checker:
     c = Checker(engine)
     fast = engine.fast
-    shot = iter(range(100, 200))
+    seed = [100]  # both decoding variants see the same screens
 
     def screen(w=1920, h=1080):
-        return ui_screenshot(next(shot), w, h)
+        seed[0] += 1
+        return ui_screenshot(seed[0], w, h)
 
     def scenario(name, fn):
         t0 = time.perf_counter()
@@ -211,8 +212,9 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
 
     def cancelled():
         s = engine.open_session([screen()])
+        c.turn("before cancel", s, "What is this?")
         opts = fixed(3000)
-        timer = threading.Timer(0.3, s.cancel)
+        timer = threading.Timer(0.3, s.cancel)  # well into decoding the follow-up
         timer.start()
         try:
             s.complete("Go on.", options=opts)
@@ -222,6 +224,8 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
         timer.cancel()
         if s.last_stats is None:
             raise AssertionError("cancelled before the first token; the check needs a later cancel")
+        if s.last_stats.decode_tokens >= 3000:
+            raise AssertionError("the cancel did not stop the turn")
         c.verify("cancelled (partial reply)", s, opts)
         c.turn("after cancel", s, "Next?")
         s.close()
@@ -256,6 +260,7 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
 
     for tag, on in ((" [speculative]", True), (" [plain]", False)):
         engine.speculative = on
+        seed[0] = 100
         scenario("fresh + follow-up" + tag, lambda t=tag: fresh_and_follow_up(t))
         scenario("agent 3 steps" + tag, lambda t=tag: agent(t))
         scenario("tool call" + tag, lambda t=tag: tool_call(t))

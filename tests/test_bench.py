@@ -17,7 +17,7 @@ def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tm
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
     names = [row["scenario"][:3] for row in report["rows"]]
-    assert names == ["(e)", "(p)", "(a)", "(b)", "(c)", "(d)"]
+    assert names == ["(e)", "(p)", "(a)", "(b)", "(c)", "(d)", "(f)", "(g)"]
     for row in report["rows"]:
         assert row["engine"] > 0 and row["baseline"] > 0, row
     assert report["cuda_graphs"] is False  # the GPU-only paths step aside on a CPU

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     shot = capture.grab(monitor=args.monitor) if args.screen else image.load_image(args.image)
     options = GenerationOptions(max_new_tokens=settings.max_new_tokens)
     with open_engine(settings) as engine:
-        session = engine.open_session([shot])
+        session = engine.open_session()
+        session.prefetch([shot])  # encodes the capture and the prompt before the question, where it can
         for question in questions:
             for piece in session.ask(question, options=options):
                 sys.stdout.write(piece)

@@ -136,6 +136,12 @@ class Session(ABC):
         self.pending_images = ()
         self.turns.append(Turn(text, images, reply))
 
+    def prefetch(self, images: Sequence[Screenshot] = ()) -> None:
+        """Show `images` with the next question, and get them ready now if the backend can (the local
+        engine encodes them and runs everything before the question's text, so the answer starts as
+        soon as the question arrives). Here: they just wait for the next `ask`."""
+        self.pending_images = self.pending_images + tuple(images)
+
     def cancel(self) -> None:
         """Stop the running turn at its next token. Safe from any thread."""
         self._cancel.set()
