@@ -225,7 +225,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     _sync(dev)
     results["e"] = Result("(e) start to ready", [ready_s], [time.perf_counter() - t0], unit="s")
 
-    shots = [ui_screenshot(i) for i in range(4 * reps + 8)]
+    shots = [ui_screenshot(i) for i in range(8 * reps + 8)]
     pngs = [png_bytes(s) for s in shots]
     nxt = iter(range(len(shots)))
 
