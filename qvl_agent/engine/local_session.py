@@ -176,7 +176,7 @@ class LocalSession(Session):
                 e.model, embeds[:, c0:c1], pos[:, :, c0:c1], self.kv.cache, [d[:, c0:c1] for d in dense]
             )
             self.kv.ran(target, reuse + c1)
-        return e.model.lm_head(hidden[:, -1])
+        return e.model.lm_head(hidden[:, -1:])[:, -1]  # [1, V]
 
     def _run_tokens(self, ids: list[int], position: int) -> torch.Tensor:
         """Append `ids` (text tokens at positions from `position`) to the KV; their logits `[k, V]`."""
@@ -341,6 +341,7 @@ class LocalSession(Session):
                 self._run_prompt(target, shots, e.settings.max_new_tokens)
             finally:
                 self.kv.sync()
+            e._sync()  # done means done: the question then waits for nothing
 
 
 def _user(text: str, images: Sequence[Screenshot]) -> dict:
