@@ -402,3 +402,17 @@ def test_an_end_token_the_template_never_renders_does_not_enter_the_kv(engine):
     assert endoftext not in session.cached.ids
     session.complete("Next.", options=OPTS)
     assert session.last_stats.cached_tokens == len(ctx.ids) - 1  # the whole turn reused, up to its end token
+
+
+def test_a_prefetched_screenshot_leaves_only_the_question_to_run(engine, prefill):
+    shot = _shot(640, 400, 27)
+    session = engine.open_session()
+    session.prefetch([shot])  # while the person types
+    runs = engine.vision_runs
+    logits, _ = prefill.turn(session, "What is on this screen?")
+    stats = session.last_stats
+    assert engine.vision_runs == runs  # the tower ran during the prefetch, not after Enter
+    assert stats.vision == "miss" and stats.vision_ms > 0  # the turn still reports the work its image cost
+    assert stats.cached_tokens > stats.prompt_tokens - 20 and stats.prefill_tokens < 20
+    assert session.turns[0].images == (shot,)
+    torch.testing.assert_close(logits, reference_logits(engine, turn_ids(session), [shot]), rtol=1e-4, atol=1e-4)

@@ -40,6 +40,7 @@ class LocalSession(Session):
         self.kv = SessionKV(engine.model.config, self.id)
         self.context = Context()  # the whole conversation so far (what the KV holds + the last sampled token)
         self.last_used = time.monotonic()
+        self._prefetched = (0.0, 0.0, False)  # preprocess ms, vision ms, tower ran: told by the next turn
 
     @property
     def cached(self) -> Context:
@@ -243,6 +244,9 @@ class LocalSession(Session):
             except BaseException:
                 self.kv.sync()
                 raise
+            # The images' work done by a prefetch belongs to this turn's stats.
+            pre_ms, vis_ms, ran = pre_ms + self._prefetched[0], vis_ms + self._prefetched[1], ran or self._prefetched[2]
+            self._prefetched = (0.0, 0.0, False)
             stream = TextStream(e.tokenizer, options.stop)
             drafter = Drafter(target.ids, e.skeletons) if self._can_draft(options) else None
             generated: list[int] = []
@@ -338,7 +342,8 @@ class LocalSession(Session):
             target, shots = self._target("", self.pending_images, upto_question=True)
             try:
                 self._cancel.clear()
-                self._run_prompt(target, shots, e.settings.max_new_tokens)
+                _, _, pre_ms, vis_ms, ran, _ = self._run_prompt(target, shots, e.settings.max_new_tokens)
+                self._prefetched = (pre_ms, vis_ms, ran)
             finally:
                 self.kv.sync()
             e._sync()  # done means done: the question then waits for nothing

@@ -36,9 +36,11 @@ from qvl_agent.image import Screenshot
 # Tokens the GPU's static KV slot holds: the longest conversation that decodes through CUDA graphs
 # (112 KiB a token on the 2B model: 1.75 GiB). Longer ones still run, on the eager path.
 SLOT_TOKENS = 16_384
-# Eager prefills run this many tokens at a time and check for a cancel in between: a client that hangs
-# up during a 4K screenshot's 8k-token prompt frees the engine within one chunk.
-PREFILL_CHUNK = 2048
+# Eager prefills run this many tokens at a time and check for a cancel in between, so a client that hangs
+# up during a long prompt frees the engine within one chunk: ~100 ms on a GPU, where one pass over a 4K
+# screenshot's 8k-token prompt is faster than chunks of it; a CPU needs seconds for 1k tokens of the 2B.
+PREFILL_CHUNK = {"cuda": 8192}
+PREFILL_CHUNK_OTHER = 1024
 
 
 def pick_device(device: str) -> torch.device:
@@ -129,7 +131,7 @@ class Qwen3VLEngine(Engine):
         self.eos_list = sorted(self.eos_ids)
         self.skeletons = skeleton_ids(self.tokenizer)
         self.speculative = bool(self.settings.speculative)
-        self.prefill_chunk = PREFILL_CHUNK
+        self.prefill_chunk = PREFILL_CHUNK.get(self.device.type, PREFILL_CHUNK_OTHER)
         # Vision placeholders are the processor's to place: a random or confused model that emits one
         # would leave a context with more placeholders than images. Never sample them.
         vision_ids = [
