@@ -136,6 +136,7 @@ class Settings:
     max_new_tokens: int = 512
     feature_cache_mb: int = 1024  # vision features kept by content hash
     session_memory_mb: int = 4096  # KV caches of idle sessions beyond this are evicted, oldest first
+    speculative: bool = True  # greedy replies draft tool-call skeletons and n-grams, verified in one forward
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
@@ -176,6 +177,7 @@ ENV_VARS = {
     "QVL_MAX_NEW_TOKENS": "max_new_tokens",
     "QVL_FEATURE_CACHE_MB": "feature_cache_mb",
     "QVL_SESSION_MEMORY_MB": "session_memory_mb",
+    "QVL_SPECULATE": "speculative",
     "QVL_SAFETY_MODE": "safety_mode",
     "QVL_BROWSER": "browser",
     "QVL_API_KEY": "api_key",

@@ -17,9 +17,11 @@ def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tm
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
     names = [row["scenario"][:3] for row in report["rows"]]
-    assert names == ["(e)", "(p)", "(a)", "(b)", "(c)", "(d)"]
+    assert names == ["(e)", "(p)", "(a)", "(b)", "(c)", "(d)", "(f)", "(g)"]
     for row in report["rows"]:
         assert row["engine"] > 0 and row["baseline"] > 0, row
+    assert [r["screen"] for r in report["screens"]] == ["1366x768", "1920x1080", "2560x1440", "3840x2160"]
+    assert [r["visual_tokens"] for r in report["screens"]] == [1032, 2040, 3600, 8160]
     assert report["cuda_graphs"] is False  # the GPU-only paths step aside on a CPU
     agreed, total = map(int, report["greedy_tokens_agreeing_with_generate"].split("/"))
     assert agreed == total == 32

@@ -271,3 +271,148 @@ def test_graph_friendly_prefill_matches_plain_transformers(engine):
     )
     logits = engine.model.lm_head(hidden[:, -1])[0]
     torch.testing.assert_close(logits, reference_logits(engine, ids, [shot]), rtol=1e-4, atol=1e-4)
+
+
+def _conversation(engine, shot, opts):
+    session = engine.open_session([shot])
+    replies = [session.complete(q, options=opts) for q in ("Describe it.", "Describe it again.", "And again.")]
+    return replies, list(session.context.ids), session
+
+
+def test_speculative_decoding_gives_exactly_the_greedy_reply_with_fewer_forwards(engine):
+    shot = _shot(320, 240, 20)
+    opts = GenerationOptions(max_new_tokens=40, min_new_tokens=40)
+    engine.speculative = False
+    try:
+        plain, plain_ids, _ = _conversation(engine, shot, opts)
+    finally:
+        engine.speculative = True
+    fast, fast_ids, session = _conversation(engine, shot, opts)
+    assert fast == plain and fast_ids == plain_ids
+    assert session.last_stats.draft_accepted > 0  # the tiny model repeats itself: drafts were kept
+
+
+def test_a_forced_tool_call_is_drafted_from_its_skeleton_and_later_tokens_stay_greedy(engine):
+    shot = _shot(320, 240, 21)
+    call = '<tool_call>\n{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [1, 2]}}'
+    forced = tuple(engine.tokenizer.encode(call, add_special_tokens=False))
+    opts = GenerationOptions(max_new_tokens=len(forced) + 12, min_new_tokens=len(forced) + 12, force_ids=forced)
+    replies = {}
+    for on in (False, True):
+        engine.speculative = on
+        session = engine.open_session([shot])
+        replies[on] = session.complete("Click it.", options=opts)
+        accepted = session.last_stats.draft_accepted
+    engine.speculative = True
+    assert replies[True] == replies[False] and replies[True].startswith(call)
+    assert accepted >= 10  # the skeleton after <tool_call> needed no forward of its own
+
+
+def test_speculation_can_be_turned_off_in_settings():
+    from qvl_agent.config import load
+
+    assert Settings().speculative
+    assert not load(env={"QVL_SPECULATE": "0", "QVL_CONFIG_DIR": "/nonexistent-qvl"}).settings.speculative
+
+
+def test_the_conversation_is_what_the_processor_renders_for_the_whole_history(engine):
+    """The engine extends each turn token-exactly; the result must be the processor's own rendering of
+    the whole conversation, images expanded, not just the engine's idea of it. (Replies are forced to
+    their canonical tokens: a model may write a reply in other tokens, which the engine keeps as they are.)"""
+    shot = _shot(480, 320, 22)
+    session = engine.open_session([shot], system="Be brief.")
+    for question, reply in (("What is this?", "A window."), ("Where is the button?", "At the bottom."), ("Title?", "")):
+        forced = (*engine.tokenizer.encode(reply, add_special_tokens=False), engine.im_end_id)
+        session.complete(question, options=GenerationOptions(max_new_tokens=len(forced), force_ids=forced))
+        assert session.turns[-1].reply == reply
+    messages = [{"role": "system", "content": "Be brief."}]
+    for i, turn in enumerate(session.turns):
+        content = [{"type": "image"}] * (i == 0) + [{"type": "text", "text": turn.text}]
+        messages.append({"role": "user", "content": content})
+        if i < len(session.turns) - 1:
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": turn.reply}]})
+    rendered = engine.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    expected = engine.processor(text=[rendered], images=[shot.to_pil()], return_tensors="pt")["input_ids"][0]
+    assert turn_ids(session) == expected.tolist()
+    assert session.last_stats.cached_tokens > len(expected) // 2  # and it still reused the earlier turns
+
+
+def test_a_long_prefill_is_cancelled_between_chunks_and_the_next_turn_works(tiny_model_dir):
+    import threading
+
+    from qvl_agent.errors import GenerationCancelled
+
+    engine = Qwen3VLEngine.load(str(tiny_model_dir), device="cpu")
+    engine.prefill_chunk = 64
+    rec = PrefillLogits(engine)
+    calls = []
+
+    def cancel_from_another_thread(module, args):
+        calls.append(1)
+        if len(calls) == 2:  # the second chunk: a client hangs up while the prompt runs
+            t = threading.Thread(target=session.cancel)
+            t.start()
+            t.join()
+
+    shot = _shot(320, 240, 23)
+    session = engine.open_session([shot])
+    hook = engine.model.model.language_model.layers[0].register_forward_pre_hook(cancel_from_another_thread)
+    try:
+        with pytest.raises(GenerationCancelled):
+            session.complete("Read all of this: " + "word " * 400, options=OPTS)
+    finally:
+        hook.remove()
+    assert len(calls) == 2  # stopped right after the chunk that was running, of ~8
+    logits, reply = rec.turn(session, "Short question.")
+    rec.close()
+    assert session.last_stats.decode_tokens == OPTS.max_new_tokens or reply == session.turns[-1].reply
+    torch.testing.assert_close(logits, reference_logits(engine, turn_ids(session), [shot]), rtol=1e-4, atol=1e-4)
+
+
+def test_a_second_stream_on_the_same_thread_is_refused_not_run_on_the_first_ones_kv(engine):
+    from qvl_agent.errors import EngineError
+
+    a, b = engine.open_session([_shot(320, 240, 24)]), engine.open_session([_shot(320, 240, 25)])
+    first = a.ask("Go on.", options=GenerationOptions(max_new_tokens=30, min_new_tokens=30))
+    next(first)  # a turn is now streaming and holds the model
+    with pytest.raises(EngineError, match="still streaming"):
+        b.complete("Interleaved?", options=OPTS)
+    rest = list(first)
+    assert a.last_stats.decode_tokens == 30 and rest is not None
+    b.complete("Now?", options=OPTS)
+    assert b.last_stats.decode_tokens == OPTS.max_new_tokens or b.turns[-1].reply
+
+
+def test_an_end_token_the_template_never_renders_does_not_enter_the_kv(engine):
+    from qvl_agent.engine.context import tokenize_with_images
+
+    shot = _shot(320, 240, 26)
+    session = engine.open_session([shot])
+    ids = engine.tokenizer.encode("Done", add_special_tokens=False)
+    endoftext = engine.tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert endoftext in engine.eos_ids and endoftext != engine.im_end_id
+    session.complete("Finish.", options=GenerationOptions(max_new_tokens=10, force_ids=(*ids, endoftext)))
+    ctx = session.context
+    assert ctx.ids[-1] == engine.im_end_id and endoftext not in ctx.ids
+    entries = [engine.image_entry(shot)]
+    retokenized, _ = tokenize_with_images(
+        engine.tokenizer, ctx.text, engine.image_token, engine.image_token_id, entries
+    )
+    assert retokenized == ctx.ids  # ids and text of the finished turn agree
+    assert endoftext not in session.cached.ids
+    session.complete("Next.", options=OPTS)
+    assert session.last_stats.cached_tokens == len(ctx.ids) - 1  # the whole turn reused, up to its end token
+
+
+def test_a_prefetched_screenshot_leaves_only_the_question_to_run(engine, prefill):
+    shot = _shot(640, 400, 27)
+    session = engine.open_session()
+    session.prefetch([shot])  # while the person types
+    runs = engine.vision_runs
+    logits, _ = prefill.turn(session, "What is on this screen?")
+    stats = session.last_stats
+    assert engine.vision_runs == runs  # the tower ran during the prefetch, not after Enter
+    assert stats.vision == "miss" and stats.vision_ms > 0  # the turn still reports the work its image cost
+    assert stats.cached_tokens > stats.prompt_tokens - 20 and stats.prefill_tokens < 20
+    assert session.turns[0].images == (shot,)
+    torch.testing.assert_close(logits, reference_logits(engine, turn_ids(session), [shot]), rtol=1e-4, atol=1e-4)

@@ -44,7 +44,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     shot = capture.grab(monitor=args.monitor) if args.screen else image.load_image(args.image)
     options = GenerationOptions(max_new_tokens=settings.max_new_tokens)
     with open_engine(settings) as engine:
-        session = engine.open_session([shot])
+        if args.screen:  # a capture is encoded with the prompt before the question at once, where it can
+            session = engine.open_session()
+            session.prefetch([shot])
+        else:
+            session = engine.open_session([shot])
         for question in questions:
             for piece in session.ask(question, options=options):
                 sys.stdout.write(printable(piece, keep="\n\t"))  # model text never drives the terminal

@@ -7,7 +7,11 @@ real weights from `--model`) on the same 1920x1080 UI-like screenshots, with fix
 
 Scenarios: (a) fresh screenshot + question -> first token; (b) follow-up on the same screenshot ->
 first token; (c) agent step on a changed screenshot with two earlier steps in context -> 30-token
-action; (d) decode tokens/s over 256 tokens; (e) start to ready.
+action; (d) plain decode tokens/s over 256 tokens (speculation off); (e) start to ready; (f) a computer-use
+tool-call reply in an agent session, in effective tokens/s with speculative decoding (random weights never
+write a tool call, so the reply's tokens are forced: every forward and verification runs as it would for
+a model that wrote them); (g) a screenshot prefetched while the person types, Enter -> first token. Then
+first token on a fresh screenshot by screen size.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ from qvl_agent.image import Screenshot
 
 QUESTION = "What is on this screen, and where is the Save button?"
 FOLLOW_UP = "And what is the window's title?"
+_CALL = '<tool_call>\n{"name": "computer_use", "arguments": {"action": '
+TOOL_CALLS = (
+    _CALL + '"left_click", "coordinate": [412, 87]}}\n</tool_call>',
+    _CALL + '"type", "text": "quarterly report"}}\n</tool_call>',
+    _CALL + '"left_click", "coordinate": [731, 644]}}\n</tool_call>',
+)
+SCREENS = ((1366, 768), (1920, 1080), (2560, 1440), (3840, 2160))
 
 
 def ui_screenshot(seed: int, width: int = 1920, height: int = 1080) -> Screenshot:
@@ -152,6 +163,18 @@ def _timed(session, text, images, new_tokens) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def _forced(engine, reply: str) -> GenerationOptions:
+    """Options that make the engine write `reply` (then its end token), token by token."""
+    ids = tuple(engine.tokenizer.encode(reply, add_special_tokens=False)) + (engine.im_end_id,)
+    return GenerationOptions(max_new_tokens=len(ids), min_new_tokens=len(ids) - 1, force_ids=ids)
+
+
+def results_prompt_overhead(engine) -> int:
+    """Prompt tokens of QUESTION without an image (so prompt - this = visual tokens + 2 markers)."""
+    session = engine.open_session()
+    return len(session._target(QUESTION, ())[0].ids) + 2
+
+
 def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     """Save a random-weight model of `shape`, initialised on the device (fast even for 2B)."""
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
@@ -202,7 +225,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     _sync(dev)
     results["e"] = Result("(e) start to ready", [ready_s], [time.perf_counter() - t0], unit="s")
 
-    shots = [ui_screenshot(i) for i in range(4 * reps + 8)]
+    shots = [ui_screenshot(i) for i in range(8 * reps + 8)]
     pngs = [png_bytes(s) for s in shots]
     nxt = iter(range(len(shots)))
 
@@ -258,6 +281,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
 
     d = results["d"] = Result("(d) decode tokens/s over 256 tokens", unit="tok/s", higher_is_better=True)
     shot, png = fresh()
+    engine.speculative = False  # plain decoding: one forward per token
     for _ in range(max(2, reps // 2)):
         session = engine.open_session([shot])
         session.complete(QUESTION, options=GenerationOptions(max_new_tokens=256, min_new_tokens=256))
@@ -265,6 +289,52 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
         t1, _ = base.generate([(png, QUESTION, None)], 1)
         t256, _ = base.generate([(png, QUESTION, None)], 256)
         d.baseline.append(255 / (t256 - t1))
+    engine.speculative = engine.settings.speculative
+
+    f = results["f"] = Result(
+        "(f) tool-call reply, speculative, effective tokens/s", unit="tok/s", higher_is_better=True
+    )
+    accepted = []
+    for _ in range(reps):
+        steps = [fresh() for _ in range(2)]
+        session = engine.open_session(system="You operate a computer with the computer_use tool.")
+        first = _forced(engine, TOOL_CALLS[0])
+        session.complete("Step 1: open the report.", [steps[0][0]], first)
+        forced = _forced(engine, TOOL_CALLS[1 + len(f.engine) % 2])
+        session.complete("Step 2: what next?", [steps[1][0]], forced)
+        f.engine.append(session.last_stats.decode_tokens_per_s)
+        accepted.append(session.last_stats.draft_accepted / max(1, session.last_stats.decode_tokens))
+        history = [(steps[0][1], "Step 1: open the report.", TOOL_CALLS[0])]
+        n = forced.max_new_tokens
+        t1, _ = base.generate(history + [(steps[1][1], "Step 2: what next?", None)], 1)
+        tn, _ = base.generate(history + [(steps[1][1], "Step 2: what next?", None)], n)
+        f.baseline.append((n - 1) / (tn - t1))
+    parts["f_tokens"] = [forced.max_new_tokens]
+    parts["f_draft_accepted_share"] = accepted
+
+    g = results["g"] = Result("(g) prefetched screenshot, Enter -> first token")
+    for _ in range(reps):
+        shot, png = fresh()
+        session = engine.open_session()
+        session.prefetch([shot])
+        g.engine.append(_first_token_ms(session, QUESTION))
+        g.baseline.append(base.generate([(png, QUESTION, None)], 1)[0] * 1000)
+
+    screens = []
+    for width, height in SCREENS:
+        for i in range(2):  # the first run of a new size sets up its grid; time the second
+            shot = ui_screenshot(1000 + i, width, height)
+            session = engine.open_session([shot])
+            ms = _first_token_ms(session, QUESTION)
+        stats = session.last_stats
+        screens.append(
+            {
+                "screen": f"{width}x{height}",
+                "visual_tokens": stats.prompt_tokens - results_prompt_overhead(engine),
+                "first_token_ms": round(ms, 2),
+                "vision_ms": round(stats.vision_ms, 2),
+            }
+        )
 
     # Correctness: greedy tokens of the fast path against generate on the same prompt.
     shot, png = fresh()
@@ -297,10 +367,11 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
         "cuda_graphs_problem": engine.fast_problem,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "rows": [r.row() for r in results.values()],
+        "screens": screens,
         "greedy_tokens_agreeing_with_generate": f"{agree}/{len(ref_ids)}",
         "first_token_max_abs_logit_diff": round(logit_diff, 5),
         "first_token_logit_scale": round(ref_logits.abs().max().item(), 3),
-        "engine_breakdown_medians": {k: round(statistics.median(v), 2) for k, v in parts.items() if v},
+        "engine_breakdown_medians": {k: round(statistics.median(v), 3) for k, v in parts.items() if v},
         "peak_gpu_memory_gib": round(torch.cuda.max_memory_allocated(dev) / 2**30, 2) if dev.type == "cuda" else None,
     }
     if tmp:
@@ -324,6 +395,9 @@ def format_table(report: dict) -> str:
         f"(logits up to {report['first_token_logit_scale']})"
     )
     lines.append(f"engine breakdown (medians): {report['engine_breakdown_medians']}")
+    lines.append(f"{'screen':12} {'visual tokens':>14} {'first token':>12} {'vision tower':>13}")
+    for r in report.get("screens", []):
+        lines.append(f"{r['screen']:12} {r['visual_tokens']:>14} {r['first_token_ms']:>9} ms {r['vision_ms']:>10} ms")
     if report["peak_gpu_memory_gib"] is not None:
         lines.append(f"peak GPU memory: {report['peak_gpu_memory_gib']} GiB")
     return "\n".join(lines)

@@ -47,6 +47,7 @@ class TurnStats:
     total_ms: float = 0.0
     prompt_tokens: int = 0  # the whole context before this turn's reply
     cached_tokens: int = 0  # of those, how many came from a reused KV cache
+    draft_accepted: int = 0  # reply tokens that were drafted and verified, without a forward of their own
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -70,6 +71,16 @@ class GenerationOptions:
     presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
     stop: tuple[str, ...] = ()
     min_new_tokens: int = 0  # benchmarks force fixed lengths; nobody else should need this
+    # Benchmarks force a reply (random weights never write a tool call) to time how it decodes: token i
+    # is force_ids[i] instead of the model's choice. Nobody else should need this.
+    force_ids: tuple[int, ...] = ()
+
+    @classmethod
+    def sampling(cls, **overrides) -> GenerationOptions:
+        """The model card's sampling recipe for Qwen3-VL Instruct (temperature 0.7, top_p 0.8, top_k 20,
+        presence_penalty 1.5). Greedy (the default) stays what agents and tests use."""
+        recipe = dict(temperature=0.7, top_p=0.8, top_k=20, presence_penalty=1.5)
+        return cls(**(recipe | overrides))
 
 
 # Qwen3-VL-2B-Instruct's model card: how to sample when sampling at all (temperature > 0). Greedy
@@ -136,6 +147,12 @@ class Session(ABC):
         images = self.pending_images + tuple(images)
         self.pending_images = ()
         self.turns.append(Turn(text, images, reply))
+
+    def prefetch(self, images: Sequence[Screenshot] = ()) -> None:
+        """Show `images` with the next question, and get them ready now if the backend can (the local
+        engine encodes them and runs everything before the question's text, so the answer starts as
+        soon as the question arrives). Here: they just wait for the next `ask`."""
+        self.pending_images = self.pending_images + tuple(images)
 
     def cancel(self) -> None:
         """Stop the running turn at its next token. Safe from any thread."""

@@ -78,6 +78,11 @@ class KVSlot:
 
     def store(self, dynamic, start: int, end: int) -> None:
         """Append slot positions [start, end) to a session's DynamicCache holding exactly `start`."""
+        from qvl_agent.errors import EngineError
+
+        held = dynamic.get_seq_length()
+        if held != start or end > self.length:
+            raise EngineError(f"Internal engine error: storing KV [{start}, {end}) onto {held} positions.")
         if end <= start:
             return
         for src, dst in zip(self.cache.layers, dynamic.layers, strict=True):
@@ -88,6 +93,8 @@ class KVSlot:
             else:
                 dst.lazy_initialization(k, v)
                 dst.keys, dst.values = k.clone(), v.clone()
+        if dynamic.get_seq_length() != end:
+            raise EngineError(f"Internal engine error: stored KV holds {dynamic.get_seq_length()}, not {end}.")
 
 
 def text_forward(model, embeds: torch.Tensor, pos: torch.Tensor, cache, deepstack: list[torch.Tensor]) -> torch.Tensor:
@@ -190,9 +197,12 @@ class GraphRunner:
             return None
         return size if (size, self.slot.span_for(self.slot.length + size)) in self.prefill else None
 
-    def run_prefill(self, embeds: torch.Tensor, pos: torch.Tensor, deepstack: list[tuple]) -> torch.Tensor:
+    def run_prefill(
+        self, embeds: torch.Tensor, pos: torch.Tensor, deepstack: list[tuple], all_logits: bool = False
+    ) -> torch.Tensor:
         """Append `embeds [1, n, H]` at `pos [3, 1, n]` to the slot. `deepstack` lists, per level,
-        `(index of image tokens [k], features [k, H])`. Returns the last real position's logits `[1, V]`."""
+        `(index of image tokens [k], features [k, H])`. Returns the last real position's logits `[1, V]`,
+        or with `all_logits` every real position's `[n, V]` (verifying drafted tokens)."""
         n = embeds.shape[1]
         size = self.prefill_size(n)
         start = self.slot.length
@@ -207,13 +217,15 @@ class GraphRunner:
                 buf[0].index_copy_(0, level[0], level[1].to(buf.dtype))
         graph.replay()
         self.slot.set_length(start + n)  # forget the padding's KV
+        if all_logits:
+            return self.model.lm_head(hidden[0, :n])
         return self.model.lm_head(hidden[:, n - 1])
 
-    def run_decode(self, token: torch.Tensor, position: int) -> torch.Tensor:
-        """Append one token `[1, 1]` at `position`; its logits `[1, V]`."""
+    def run_decode(self, token: int, position: int) -> torch.Tensor:
+        """Append one token id at `position`; its logits `[1, V]`."""
         start = self.slot.length
         graph, ids_buf, pos_buf, logits = self.decode[self.slot.span_for(start + 1)]
-        ids_buf.copy_(token)
+        ids_buf.fill_(token)
         pos_buf.fill_(position)
         graph.replay()
         self.slot.length = start + 1

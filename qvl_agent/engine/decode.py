@@ -5,12 +5,30 @@ from __future__ import annotations
 import torch
 
 
-def select_token(logits: torch.Tensor, temperature: float, top_p: float, generator=None) -> torch.Tensor:
+def select_token(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    generator=None,
+    top_k: int = 0,
+    presence_penalty: float = 0.0,
+    seen: torch.Tensor | None = None,
+) -> torch.Tensor:
     """`logits [1, V]` -> `[1, 1]` token on the same device: argmax when temperature is 0, else
-    nucleus sampling. Stays on the device; the caller decides when to synchronise."""
+    sampling with (in this order) a presence penalty on the ids in `seen [n]` (the reply so far), the
+    temperature, a top-k cut and a nucleus (top-p) cut; 0 turns each of top_k and presence_penalty off.
+    Stays on the device; the caller decides when to synchronise."""
     if temperature <= 0:
         return logits.argmax(dim=-1, keepdim=True)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    if presence_penalty and seen is not None and seen.numel():
+        logits = logits.clone()
+        logits[:, seen.unique()] -= presence_penalty
+    logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         keep = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p

@@ -14,27 +14,33 @@ time (`self.lock`); sessions are isolated and idle ones lose their KV cache unde
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from qvl_agent.config import Settings, download_command
-from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
-from qvl_agent.engine.context import Context, ImageSpan, reusable_prefix, tokenize_with_images
+from qvl_agent.engine.base import Engine, GenerationOptions
+from qvl_agent.engine.context import Context, ImageSpan
 from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
-from qvl_agent.engine.decode import TextStream, select_token
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
+from qvl_agent.engine.kv_state import TurnLock
+from qvl_agent.engine.local_session import LocalSession
 from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
-from qvl_agent.errors import EngineError, GenerationCancelled, ModelNotFoundError
+from qvl_agent.engine.speculate import skeleton_ids
+from qvl_agent.errors import EngineError, ModelNotFoundError
 from qvl_agent.image import Screenshot
 
 # Tokens the GPU's static KV slot holds: the longest conversation that decodes through CUDA graphs
 # (112 KiB a token on the 2B model: 1.75 GiB). Longer ones still run, on the eager path.
 SLOT_TOKENS = 16_384
+# Eager prefills run this many tokens at a time and check for a cancel in between, so a client that hangs
+# up during a long prompt frees the engine within one chunk: ~100 ms on a GPU, where one pass over a 4K
+# screenshot's 8k-token prompt is faster than chunks of it; a CPU needs seconds for 1k tokens of the 2B.
+PREFILL_CHUNK = {"cuda": 8192}
+PREFILL_CHUNK_OTHER = 1024
 
 
 def pick_device(device: str) -> torch.device:
@@ -120,6 +126,11 @@ class Qwen3VLEngine(Engine):
             self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         }
         self.im_end = "<|im_end|>"
+        self.im_end_id = self.tokenizer.convert_tokens_to_ids(self.im_end)
+        self.eos_list = sorted(self.eos_ids)
+        self.skeletons = skeleton_ids(self.tokenizer)
+        self.speculative = bool(self.settings.speculative)
+        self.prefill_chunk = PREFILL_CHUNK.get(self.device.type, PREFILL_CHUNK_OTHER)
         # Vision placeholders are the processor's to place: a random or confused model that emits one
         # would leave a context with more placeholders than images. Never sample them.
         vision_ids = [
@@ -129,7 +140,7 @@ class Qwen3VLEngine(Engine):
             cfg.vision_end_token_id,
         ]
         self.banned_ids = torch.tensor(vision_ids, device=self.device)
-        self.lock = threading.RLock()
+        self.lock = TurnLock()  # one turn at a time, held across a turn's yields; refuses re-entry
         self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
         self.vision_runs = 0  # how many times the vision tower ran (tests check reuse with it)
         self._vision_inputs: dict[tuple, dict] = {}  # grid -> precomputed vision-tower inputs
@@ -238,8 +249,11 @@ class Qwen3VLEngine(Engine):
             pos = torch.arange(len(ctx.ids)).view(1, 1, -1).expand(3, 1, -1)
         return pos.to(self.device, non_blocking=True)
 
-    def forward(self, ids: torch.Tensor, pos: torch.Tensor, cache, feats: list[Features]) -> torch.Tensor:
-        """Run `ids [1, S]` at `pos [3, 1, S]` on top of `cache`; logits of the last position `[1, V]`."""
+    def forward(
+        self, ids: torch.Tensor, pos: torch.Tensor, cache, feats: list[Features], keep: int = 1
+    ) -> torch.Tensor:
+        """Run `ids [1, S]` at `pos [3, 1, S]` on top of `cache`; logits of the last `keep` positions
+        `[keep, V]`."""
         mm = None
         if feats:
             from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
@@ -257,9 +271,9 @@ class Qwen3VLEngine(Engine):
             cache=cache,
             mm_encoder_outputs=mm,
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=keep,
         )
-        return out.logits[:, -1]
+        return out.logits[0, -keep:]
 
     def embed(self, ids: torch.Tensor, starts: list[int], feats: list[Features]) -> tuple[torch.Tensor, list]:
         """Token embeddings `[1, S, H]` with each image's features written at its placeholders (image
@@ -292,215 +306,6 @@ class Qwen3VLEngine(Engine):
             if s is not keep:
                 total -= s.kv_bytes()
                 s.drop_cache()
-
-
-class LocalSession(Session):
-    def __init__(self, engine: Qwen3VLEngine, images, system, tools):
-        super().__init__(images, system, tools)
-        self.engine = engine
-        self.cache = None  # transformers Cache holding KV for self.cached.ids
-        self.cached = Context()  # what the KV cache holds
-        self.context = Context()  # the whole conversation so far (cached + the last sampled token)
-        self.last_used = time.monotonic()
-        self._stored = 0  # positions of self.cache that are up to date while the slot runs ahead
-        self._next_pos: int | None = None  # M-RoPE position of the first context token the cache lacks
-
-    def kv_bytes(self) -> int:
-        if self.cache is None:
-            return 0
-        total = 0
-        for layer in getattr(self.cache, "layers", []):
-            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-                if isinstance(t, torch.Tensor):
-                    total += t.numel() * t.element_size()
-        return total
-
-    def drop_cache(self) -> None:
-        self.cache = None
-        self.cached = Context()
-        self._next_pos = None
-        fast = self.engine.fast
-        if fast is not None and fast.slot.owner == self.id:
-            fast.slot.owner = None
-
-    def close(self) -> None:
-        self.drop_cache()
-        self.context = Context()
-
-    def _messages(self, text: str, images: tuple[Screenshot, ...]) -> tuple[list[dict], list[Screenshot]]:
-        messages: list[dict] = []
-        if self.system:
-            messages.append({"role": "system", "content": self.system})
-        order: list[Screenshot] = []
-        for turn in self.turns:
-            messages.append(_user(turn.text, turn.images))
-            order.extend(turn.images)
-            messages.append({"role": "assistant", "content": [{"type": "text", "text": turn.reply}]})
-        messages.append(_user(text, images))
-        order.extend(images)
-        return messages, order
-
-    def _target(self, text: str, images: tuple[Screenshot, ...]) -> tuple[Context, list[Screenshot]]:
-        """The context for this turn, extending the previous one token-exactly when possible."""
-        e = self.engine
-        messages, shots = self._messages(text, images)
-        rendered = e.render(messages, self.tools, add_generation_prompt=True)
-        entries = [e.image_entry(s) for s in shots]
-        prev = self.context
-        if rendered.startswith(prev.text) and len(prev.images) <= len(entries):
-            known = [im.key for im in prev.images]
-            if known == [k for k, _, _ in entries[: len(known)]]:
-                suffix = rendered[len(prev.text) :]
-                new = entries[len(known) :]
-                if suffix.count(e.image_token) == len(new):
-                    ids, spans = tokenize_with_images(e.tokenizer, suffix, e.image_token, e.image_token_id, new)
-                    return prev.extended(ids, spans, suffix), shots
-        ids, spans = tokenize_with_images(e.tokenizer, rendered, e.image_token, e.image_token_id, entries)
-        return Context(ids, spans, rendered), shots
-
-    def _prefill(
-        self,
-        target: Context,
-        reuse: int,
-        fresh: list[ImageSpan],
-        feats: list[Features],
-        pos: torch.Tensor,
-        options,
-    ) -> tuple[torch.Tensor, bool]:
-        """Run the new tokens; returns (last logits, whether the KV slot now holds this session).
-
-        On a GPU the new tokens run as a captured graph on the KV slot whenever a bucket takes them;
-        anything else runs eagerly on the session's own cache, then goes into the slot, if it fits, so
-        that decoding still replays graphs."""
-        e, fast = self.engine, self.engine.fast
-        new_ids = torch.tensor([target.ids[reuse:]], device=e.device)
-        if fast is None or len(target.ids) + options.max_new_tokens + 1 > fast.slot.max_len:
-            if fast is not None and fast.slot.owner == self.id:
-                fast.slot.owner = None  # the slot no longer matches this session's cache
-            self._stored = len(target.ids)
-            return e.forward(new_ids, pos, self.cache, feats), False
-        if fast.slot.owner == self.id and fast.slot.length >= reuse:
-            fast.slot.set_length(reuse)
-        else:
-            fast.slot.load(self.cache, reuse, self.id)
-        if fast.prefill_size(new_ids.shape[1]) is not None:
-            self._stored = reuse
-            embeds, deepstack = e.embed(new_ids, [span.start - reuse for span in fresh], feats)
-            return fast.run_prefill(embeds, pos, deepstack), True
-        logits = e.forward(new_ids, pos, self.cache, feats)
-        self._stored = len(target.ids)
-        fast.slot.load(self.cache, len(target.ids), self.id)
-        return logits, True
-
-    def _positions(self, target: Context, reuse: int, new_images: bool) -> tuple[torch.Tensor, int]:
-        """M-RoPE positions `[3, 1, n]` of the tokens after `reuse`, and the position after them.
-
-        A text-only continuation of everything the cache holds just counts on from where the last turn
-        stopped, with no device round trip; anything else is computed for the whole context."""
-        e = self.engine
-        n = len(target.ids) - reuse
-        if not new_images and self._next_pos is not None and reuse == len(self.cached.ids):
-            start = self._next_pos
-            pos = torch.arange(start, start + n, device=e.device).view(1, 1, n).expand(3, 1, n)
-            return pos, start + n
-        pos = e.positions(target)  # [3, 1, L]
-        return pos[:, :, reuse:], int(pos.max()) + 1
-
-    def _step(self, token: torch.Tensor, position: int, on_slot: bool) -> torch.Tensor:
-        e = self.engine
-        if on_slot:
-            return e.fast.run_decode(token.view(1, 1), position)
-        pos = torch.full((3, 1, 1), position, device=e.device, dtype=torch.long)
-        return e.forward(token.view(1, 1), pos, self.cache, [])
-
-    @torch.inference_mode()
-    def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
-        e = self.engine
-        with e.lock:
-            start = time.perf_counter()
-            self.last_used = time.monotonic()
-            target, shots = self._target(text, images)
-            reuse = reusable_prefix(self.cached, target) if self.cache is not None else 0
-            if self.cache is None or reuse == 0:
-                from transformers import DynamicCache
-
-                self.cache = DynamicCache(config=e.model.config)
-                reuse = 0
-            elif self.cache.get_seq_length() > reuse:
-                self.cache.crop(reuse - self.cache.get_seq_length())  # a negative count removes tokens
-            keyed = {e.image_entry(s)[0]: s for s in shots}
-            fresh = [span for span in target.images if span.start >= reuse]
-            feats, pre_ms, vis_ms, ran = e.encode_images([(keyed[span.key], span.key) for span in fresh])
-
-            pos, next_pos = self._positions(target, reuse, bool(fresh))
-            self._next_pos = None
-            logits, on_slot = self._prefill(target, reuse, fresh, feats, pos, options)
-            self.cached = Context(list(target.ids), list(target.images), target.text)
-
-            stream = TextStream(e.tokenizer, options.stop)
-            generated: list[int] = []
-            ttft = None
-            ended_with_eos = False
-            decode_start = time.perf_counter()
-            try:
-                while len(generated) < options.max_new_tokens:
-                    if self.cancelled:
-                        raise GenerationCancelled("The answer was stopped.")
-                    logits.index_fill_(1, e.banned_ids, float("-inf"))
-                    if len(generated) < options.min_new_tokens:
-                        logits[:, list(e.eos_ids)] = float("-inf")
-                    token = select_token(logits, options.temperature, options.top_p)
-                    token_id = int(token)  # the one host sync per token: streaming needs the text
-                    generated.append(token_id)
-                    if ttft is None:
-                        ttft = (time.perf_counter() - start) * 1000
-                        decode_start = time.perf_counter()
-                    if token_id in e.eos_ids:
-                        ended_with_eos = True
-                        break
-                    piece = stream.push(token_id)
-                    if piece:
-                        yield piece
-                    if stream.stopped or len(generated) >= options.max_new_tokens:
-                        break
-                    logits = self._step(token, next_pos, on_slot)
-                    self.cached.ids.append(token_id)
-                    next_pos += 1
-                tail = stream.flush()
-                if tail:
-                    yield tail
-            finally:
-                self._next_pos = next_pos  # the position of the last generated token, not yet run
-                if on_slot:  # bring the session's own cache up to date with what the slot computed
-                    e.fast.slot.store(self.cache, self._stored, e.fast.slot.length)
-                reply_text = stream.text()
-                self.context = Context(
-                    target.ids + generated,
-                    list(target.images),
-                    target.text + reply_text + (e.im_end if ended_with_eos else ""),
-                )
-                end = time.perf_counter()
-                n_decode = max(len(generated) - 1, 0)  # tokens after the first
-                self.last_stats = TurnStats(
-                    preprocess_ms=pre_ms,
-                    vision=("miss" if ran else "hit") if target.images else "none",
-                    vision_ms=vis_ms,
-                    prefill_tokens=len(target.ids) - reuse,
-                    ttft_ms=ttft if ttft is not None else (end - start) * 1000,
-                    decode_tokens=len(generated),
-                    decode_tokens_per_s=n_decode / (end - decode_start) if n_decode else 0.0,
-                    total_ms=(end - start) * 1000,
-                    prompt_tokens=len(target.ids),
-                    cached_tokens=reuse,
-                )
-                self.last_used = time.monotonic()
-                e.enforce_memory_cap(keep=self)
-
-
-def _user(text: str, images: Sequence[Screenshot]) -> dict:
-    content = [{"type": "image"} for _ in images]
-    content.append({"type": "text", "text": text})
-    return {"role": "user", "content": content}
 
 
 __all__ = ["ImageSpan", "LocalSession", "Qwen3VLEngine", "pick_device"]
