@@ -50,6 +50,7 @@ from qvl_agent.errors import SandboxUnavailable
 PACKAGE = "bubblewrap"
 INIT = Path(__file__).with_name("sandbox_init.py")
 INIT_INSIDE = "/sandbox/init.py"  # where INIT lies inside the sandbox
+SCRIPT_INSIDE = "/sandbox/script.py"  # and the script
 
 MEMORY_BYTES = 4 << 30  # heap per process (RLIMIT_DATA)
 PROCESSES = 1024  # processes and threads of the sandbox's user (RLIMIT_NPROC)
@@ -160,7 +161,7 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             "/scratch",
             "--ro-bind",
             str(work_dir / "script.py"),
-            "/sandbox/script.py",
+            SCRIPT_INSIDE,
             "--ro-bind",
             str(INIT),
             INIT_INSIDE,
@@ -175,7 +176,7 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             "/sandbox/net.sock",
             f"{default_timeout_ms:g}",
             f"{MEMORY_BYTES},{PROCESSES},{FILE_BYTES}",
-            "/sandbox/script.py",
+            SCRIPT_INSIDE,
         ]
         env = {
             "PATH": "/usr/bin:/bin",
