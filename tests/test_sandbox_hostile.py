@@ -341,6 +341,10 @@ LOGIN = (
         "    expect(page.get_by_role('heading')).to_have_text('Welcome, grace')\n"
         "    page.screenshot(path='shots/welcome.png')\n"
         "    page.pdf(path='welcome.pdf')\n"
+        '    page.set_content(\'<a download="report.txt" href="data:text/plain,quarterly">Get</a>\')\n'
+        "    with page.expect_download() as info:\n"
+        "        page.get_by_text('Get').click()\n"
+        "    info.value.save_as('downloads/report.txt')\n"
         "    b.close()\n"
     )
 )
@@ -353,6 +357,7 @@ def test_a_legitimate_script_fills_a_form_and_its_files_come_back(server):
     assert server.records("login") == [{"username": "grace", "password": "hopper"}]
     assert result.files["shots/welcome.png"].startswith(b"\x89PNG")
     assert result.files["welcome.pdf"].startswith(b"%PDF")
+    assert result.files["downloads/report.txt"] == b"quarterly"
 
 
 def test_a_wrong_locator_fails_with_playwrights_message_before_a_short_timeout(server):
