@@ -108,9 +108,11 @@ def test_files_outside_the_scratch_folder_are_neither_read_nor_written(server, c
         "        open(path, 'w').write('pwned')\n"
         "    except OSError as exc:\n"
         "        print(path, 'unwritable', type(exc).__name__)\n"
+        "print('ssl-private', os.path.exists('/etc/ssl/private'))\n"  # root-only host keys
         "print(sorted(os.listdir('/')))\n"
     )
     result = run(script, server)
+    assert "ssl-private False" in result.output, result.output
     assert secret not in result.output
     assert canary.read_text() == secret
     assert not (tmp_path / "new.txt").exists()

@@ -31,6 +31,7 @@ and returns how it ended, its last output and the files it wrote. What the scrip
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -61,13 +62,15 @@ COPY_BYTES = 64 << 20  # files copied back from the scratch folder, in all
 MAX_CONNECTIONS = 64  # open connections through the forwarder at once
 
 # /etc entries that Python, Chromium (Debian's launcher script reads /etc/chromium.d) and fontconfig read.
+# Only world-readable ones: as root, the sandbox's uid 0 is the owner of root's 0700 files.
 _ETC = (
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
     "alternatives",
     "fonts",
-    "ssl",
+    "ssl/certs",  # not /etc/ssl itself: ssl/private holds the host's private keys
+    "ssl/openssl.cnf",
     "ca-certificates",
     "nsswitch.conf",
     "localtime",
@@ -187,11 +190,15 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         log_path = work_dir / "output.log"
+        info_read, info_write = os.pipe()  # bubblewrap writes {"child-pid": N} here: the namespace's first process
+        command[1:1] = ["--info-fd", str(info_write)]
         started = time.monotonic()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-            )
+                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                pass_fds=(info_write,),
+            )  # fmt: skip
+        os.close(info_write)
         if forwarder is not None:
             forwarder.start()
         try:
@@ -201,12 +208,33 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             # every other process inside goes too.
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            _wait_for_namespace_end(info_read)
             returncode = None
         finally:
+            os.close(info_read)
             if forwarder is not None:
                 forwarder.stop()
         seconds = time.monotonic() - started
         return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds)
+
+
+def _wait_for_namespace_end(info_fd: int, limit_s: float = 10.0) -> None:
+    """Wait until the sandbox's first process has exited. It dies with bubblewrap (--die-with-parent), and
+    the kernel lets the first process of a PID namespace finish exiting only once every other process in
+    it is gone: after this, nothing the script started is left."""
+    try:
+        pid = json.loads(os.read(info_fd, 4096).decode() or "{}").get("child-pid")
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + limit_s
+    while pid and time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return  # gone and reaped
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.02)
 
 
 def _system_binds() -> list[str]:
