@@ -261,7 +261,9 @@ def test_the_browser_comes_only_from_the_environment_or_the_parsed_browser_argum
         ("page = None\npage.screenshot(path='../x.png')", "path="),
         ("page = None\npage.pdf(path='~/x.pdf')", "path="),
         ("page = None\nname = 'x.png'\npage.screenshot(path=name)", "path="),
-        ("d = None\nd.save_as('x.txt')", "save_as"),
+        ("d = None\nd.save_as('/root/x.txt')", "save_as"),
+        ("d = None\nname = 'x.txt'\nd.save_as(name)", "save_as"),
+        ("d = None\nd.save_as('../x.txt')", "save_as"),
         # Printing without bound.
         ("while True:\n    print('x')", "printing inside a loop"),
         ("import sys\nfor i in range(10):\n    sys.stdout.write('x')", "printing inside a loop"),
@@ -285,6 +287,9 @@ def test_screenshots_and_pdfs_to_relative_paths_in_the_scratch_folder_pass():
         "    page.screenshot(path='shot.png')\n"
         "    page.screenshot(path='shots/after.png', full_page=True)\n"
         "    page.pdf(path='page.pdf')\n"
+        "    with page.expect_download() as info:\n"
+        "        page.get_by_text('Get').click()\n"
+        "    info.value.save_as('downloads/report.txt')\n"
         "    print(page.request.get('http://127.0.0.1:8000/api').status)\n"
         "    print('-' * 40)\n"
         "    browser.close()\n"

@@ -108,9 +108,11 @@ def test_files_outside_the_scratch_folder_are_neither_read_nor_written(server, c
         "        open(path, 'w').write('pwned')\n"
         "    except OSError as exc:\n"
         "        print(path, 'unwritable', type(exc).__name__)\n"
+        "print('ssl-private', os.path.exists('/etc/ssl/private'))\n"  # root-only host keys
         "print(sorted(os.listdir('/')))\n"
     )
     result = run(script, server)
+    assert "ssl-private False" in result.output, result.output
     assert secret not in result.output
     assert canary.read_text() == secret
     assert not (tmp_path / "new.txt").exists()
@@ -341,6 +343,10 @@ LOGIN = (
         "    expect(page.get_by_role('heading')).to_have_text('Welcome, grace')\n"
         "    page.screenshot(path='shots/welcome.png')\n"
         "    page.pdf(path='welcome.pdf')\n"
+        '    page.set_content(\'<a download="report.txt" href="data:text/plain,quarterly">Get</a>\')\n'
+        "    with page.expect_download() as info:\n"
+        "        page.get_by_text('Get').click()\n"
+        "    info.value.save_as('downloads/report.txt')\n"
         "    b.close()\n"
     )
 )
@@ -353,6 +359,7 @@ def test_a_legitimate_script_fills_a_form_and_its_files_come_back(server):
     assert server.records("login") == [{"username": "grace", "password": "hopper"}]
     assert result.files["shots/welcome.png"].startswith(b"\x89PNG")
     assert result.files["welcome.pdf"].startswith(b"%PDF")
+    assert result.files["downloads/report.txt"] == b"quarterly"
 
 
 def test_a_wrong_locator_fails_with_playwrights_message_before_a_short_timeout(server):

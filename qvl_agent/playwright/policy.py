@@ -7,7 +7,7 @@ sentence naming the line and the reason: other imports (subprocess, socket, urll
 pathlib, typing, ...), `os` beyond reading the environment, `eval`/`exec`/`compile`/`__import__`,
 reflection (`getattr`, `globals`, dunder attributes, frames), `open()`, string annotations, Playwright calls
 that read or write local files, start other programs or send traffic elsewhere (`path=` but a relative
-screenshot/pdf path, `save_as`, `set_files`, `storage_state=`, `client_certificates=`, `proxy=`,
+screenshot/pdf path, `save_as` but to a relative path, `set_files`, `storage_state=`, `client_certificates=`, `proxy=`,
 `request.new_context()`, tracing names with folders, browser flags off the allow-list, an
 `executable_path` from anything but QVL_BROWSER or `--browser`), argparse's file readers, and printing
 without bound (in a loop, or a string repeated by a large or unknown count). A name bound to an import is
@@ -192,7 +192,7 @@ class _Checker(ast.NodeVisitor):
         module = self.module_aliases.get(node.value.id) if isinstance(node.value, ast.Name) else None
         if module and ALLOWED_MODULES[module] is not None and node.attr not in ALLOWED_MODULES[module]:
             self.fail(node, f"using {module}.{node.attr} is not allowed")
-        if node.attr in FORBIDDEN_ATTRIBUTES:
+        if node.attr in FORBIDDEN_ATTRIBUTES and not self._saves_into_scratch(node):
             why = "it writes or reads files, runs programs or leaves the page"
             self.fail(node, f".{node.attr} is not allowed ({why})")
         if node.attr in INTERNAL_ATTRIBUTES:
@@ -308,6 +308,19 @@ class _Checker(ast.NodeVisitor):
             and call.func.attr in ("screenshot", "pdf")
             and _is_str(value)
             and _is_relative_inside(value.value)
+        )
+
+    def _saves_into_scratch(self, node: ast.Attribute) -> bool:
+        """download.save_as('file.txt'): a download kept at a relative path inside the scratch folder."""
+        call = self.names.parents.get(node)
+        return (
+            node.attr == "save_as"
+            and isinstance(call, ast.Call)
+            and call.func is node
+            and len(call.args) == 1
+            and not call.keywords
+            and _is_str(call.args[0])
+            and _is_relative_inside(call.args[0].value)
         )
 
     def _in_loop(self, node: ast.AST) -> bool:

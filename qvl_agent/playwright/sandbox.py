@@ -31,6 +31,7 @@ and returns how it ended, its last output and the files it wrote. What the scrip
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import shutil
 import signal
@@ -50,6 +51,7 @@ from qvl_agent.errors import SandboxUnavailable
 PACKAGE = "bubblewrap"
 INIT = Path(__file__).with_name("sandbox_init.py")
 INIT_INSIDE = "/sandbox/init.py"  # where INIT lies inside the sandbox
+SCRIPT_INSIDE = "/sandbox/script.py"  # and the script
 
 MEMORY_BYTES = 4 << 30  # heap per process (RLIMIT_DATA)
 PROCESSES = 1024  # processes and threads of the sandbox's user (RLIMIT_NPROC)
@@ -60,13 +62,15 @@ COPY_BYTES = 64 << 20  # files copied back from the scratch folder, in all
 MAX_CONNECTIONS = 64  # open connections through the forwarder at once
 
 # /etc entries that Python, Chromium (Debian's launcher script reads /etc/chromium.d) and fontconfig read.
+# Only world-readable ones: as root, the sandbox's uid 0 is the owner of root's 0700 files.
 _ETC = (
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
     "alternatives",
     "fonts",
-    "ssl",
+    "ssl/certs",  # not /etc/ssl itself: ssl/private holds the host's private keys
+    "ssl/openssl.cnf",
     "ca-certificates",
     "nsswitch.conf",
     "localtime",
@@ -160,7 +164,7 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             "/scratch",
             "--ro-bind",
             str(work_dir / "script.py"),
-            "/sandbox/script.py",
+            SCRIPT_INSIDE,
             "--ro-bind",
             str(INIT),
             INIT_INSIDE,
@@ -175,7 +179,7 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             "/sandbox/net.sock",
             f"{default_timeout_ms:g}",
             f"{MEMORY_BYTES},{PROCESSES},{FILE_BYTES}",
-            "/sandbox/script.py",
+            SCRIPT_INSIDE,
         ]
         env = {
             "PATH": "/usr/bin:/bin",
@@ -186,11 +190,15 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         log_path = work_dir / "output.log"
+        info_read, info_write = os.pipe()  # bubblewrap writes {"child-pid": N} here: the namespace's first process
+        command[1:1] = ["--info-fd", str(info_write)]
         started = time.monotonic()
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-            )
+                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                pass_fds=(info_write,),
+            )  # fmt: skip
+        os.close(info_write)
         if forwarder is not None:
             forwarder.start()
         try:
@@ -200,12 +208,33 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             # every other process inside goes too.
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            _wait_for_namespace_end(info_read)
             returncode = None
         finally:
+            os.close(info_read)
             if forwarder is not None:
                 forwarder.stop()
         seconds = time.monotonic() - started
         return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds)
+
+
+def _wait_for_namespace_end(info_fd: int, limit_s: float = 10.0) -> None:
+    """Wait until the sandbox's first process has exited. It dies with bubblewrap (--die-with-parent), and
+    the kernel lets the first process of a PID namespace finish exiting only once every other process in
+    it is gone: after this, nothing the script started is left."""
+    try:
+        pid = json.loads(os.read(info_fd, 4096).decode() or "{}").get("child-pid")
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + limit_s
+    while pid and time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return  # gone and reaped
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.02)
 
 
 def _system_binds() -> list[str]:

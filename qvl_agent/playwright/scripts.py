@@ -182,10 +182,19 @@ def write_script(
 
 
 def _summary(error: str, lines: int = 6) -> str:
-    """An attempt's error for the person: its first line and the script's last error lines, indented."""
+    """An attempt's error for the person: its first line, then the script's own line that failed and the
+    exception (or, without a traceback, the output's last lines), indented."""
     head, _, rest = error.partition("\n")
-    tail = [line for line in rest.splitlines() if line.strip()][-lines:]
-    return "\n".join([head, *("    " + line for line in tail)])
+    body = [line for line in rest.splitlines() if line.strip()]
+    frames = [i for i, line in enumerate(body) if line.lstrip().startswith("File ")]
+    shown = body[-lines:]
+    if frames:
+        exception = next((i for i in range(frames[-1] + 1, len(body)) if not body[i].startswith(" ")), None)
+        own = [i for i in frames if sandbox.SCRIPT_INSIDE in body[i]]
+        if exception is not None:
+            where = body[own[-1] : own[-1] + 2] if own else []
+            shown = where + body[exception : exception + lines - len(where)]
+    return "\n".join([head, *("    " + line.strip() for line in shown)])
 
 
 # Files a script commonly makes (screenshots, PDFs, videos), which may replace an older file of the same name.
