@@ -185,6 +185,8 @@ ENV_VARS = {
 }
 _INT_FIELDS = {f.name for f in fields(Settings) if f.type == "int"}
 _TEXT_FIELDS = {f.name for f in fields(Settings) if f.type == "str"}
+_BOOL_FIELDS = {f.name for f in fields(Settings) if f.type == "bool"}
+_BOOL_WORDS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
 def config_dir(env: dict[str, str] | None = None) -> Path:
@@ -210,6 +212,12 @@ def _what(value) -> str:
 
 def _coerce(name: str, value, source: str):
     """`value` as the Settings field `name` wants it, strictly typed and checked, or ConfigError."""
+    if name in _BOOL_FIELDS:
+        if isinstance(value, str) and source.startswith("$") and value.strip().lower() in _BOOL_WORDS:
+            value = _BOOL_WORDS[value.strip().lower()]  # environment variables are text: 0/1, true/false
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} in {source} must be true or false, not {_what(value)}.")
+        return value
     if name in _INT_FIELDS:
         if isinstance(value, str) and source.startswith("$") and value.strip().lstrip("-").isdigit():
             value = int(value.strip())  # environment variables are text
@@ -233,7 +241,7 @@ def _from_mapping(data: dict, source: str) -> tuple[dict, list[str]]:
         try:
             if key == "hotkeys":
                 values["hotkeys"] = _hotkeys(value, source, problems)
-            elif key in _INT_FIELDS | _TEXT_FIELDS:
+            elif key in _INT_FIELDS | _TEXT_FIELDS | _BOOL_FIELDS:
                 values[key] = _coerce(key, value, source)
             else:
                 raise ConfigError(f"Unknown setting {key!r} in {source}.")

@@ -158,3 +158,13 @@ def test_the_cli_prints_each_notice_once_and_keeps_working(tmp_path):
     assert "Traceback" not in out.stderr
     assert "FAIL  model:" in out.stdout  # the command itself ran
     assert (config_dir / "config.toml").read_text() == "max_pixels = inf\nmax_new_tokenz = 3\n"
+
+
+def test_speculative_decoding_is_a_true_or_false_setting(path):
+    assert load_text(path, "speculative = false\n").settings.speculative is False
+    loaded = load_text(path, 'speculative = "no"\nmax_new_tokens = 64\n')
+    assert loaded.settings.speculative is True and loaded.settings.max_new_tokens == 64
+    assert "speculative" in loaded.notice and "true or false" in loaded.notice
+    assert config.load(path, env={"QVL_SPECULATE": "0"}).settings.speculative is False
+    with pytest.raises(ConfigError, match="QVL_SPECULATE"):
+        config.load(path, env={"QVL_SPECULATE": "maybe"})
