@@ -28,7 +28,7 @@ from tests.pages.helpers import CHROMIUM, call, click_at, element_centres
 from tests.pages.server import PageServer
 
 pytestmark = [pytest.mark.display]
-TOKEN = "mcp-test-token"
+TOKEN = "mcp-test-token-0123456789"
 
 
 def _env(tmp_path: Path, **extra: str) -> dict:
@@ -137,7 +137,7 @@ def test_stdio_every_screen_tool_and_every_refusal(x_display, tmp_path):
     assert outcome["status"] == "success" and outcome["steps"] == 2
     trace = read_trace(outcome["trace_dir"])
     assert trace.run["mode"] == "dry-run"
-    assert trace.steps[0]["results"][0]["message"].startswith("dry run: would left_click")
+    assert trace.steps[0]["results"][0]["message"] == "not carried out (dry run)"
     assert Path(outcome["report"]).name == "report.html" and Path(outcome["report"]).is_file()
     assert _runs(tmp_path) == [Path(outcome["trace_dir"])]  # `trace list` sees MCP runs too
     assert _pointer() == (17, 23)  # dry-run moved nothing
@@ -287,12 +287,12 @@ def test_engine_openai_shares_a_running_serve(x_display, tmp_path):
     from tests.support.live_server import start_serve, stop_serve
 
     served = _replay(tmp_path, ["Answered by the shared server."])
-    url, proc, _ = start_serve("--engine", served, config_dir=tmp_path / "serve-config", token="shared-token")
+    url, proc, _ = start_serve("--engine", served, config_dir=tmp_path / "serve-config", token="shared-token-0123456789")
     try:
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "qvl_agent", "mcp", "--engine", f"openai:{url}/v1"],
-            env=_env(tmp_path, QVL_API_KEY="shared-token"),
+            env=_env(tmp_path, QVL_API_KEY="shared-token-0123456789"),
             cwd=str(ROOT),
         )
 
