@@ -47,6 +47,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent.errors import SandboxUnavailable
+from qvl_agent.playwright.sandbox_init import pipe as _pipe  # the same byte relay runs on both sides
 
 PACKAGE = "bubblewrap"
 INIT = Path(__file__).with_name("sandbox_init.py")
@@ -380,18 +381,6 @@ class _Forwarder:
                         self.open.discard(s)
             self.slots.release()
 
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        try:
-            dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 def _close(s: socket.socket) -> None:

@@ -23,7 +23,7 @@ import sys
 import threading
 
 
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
+def pipe(src: socket.socket, dst: socket.socket) -> None:
     try:
         while data := src.recv(65536):
             dst.sendall(data)
@@ -46,8 +46,8 @@ def _serve(listener: socket.socket, path: str) -> None:
             conn.close()
             upstream.close()
             continue
-        threading.Thread(target=_pipe, args=(conn, upstream), daemon=True).start()
-        threading.Thread(target=_pipe, args=(upstream, conn), daemon=True).start()
+        threading.Thread(target=pipe, args=(conn, upstream), daemon=True).start()
+        threading.Thread(target=pipe, args=(upstream, conn), daemon=True).start()
 
 
 def _relay(host: str, port: int, path: str) -> None:
