@@ -26,7 +26,7 @@ from string import Template
 from PIL import Image
 
 from qvl_agent.errors import InputError
-from qvl_agent.trace import Trace, read_trace
+from qvl_agent.trace import Trace, read_trace, write_private
 
 REPORT_FILE = "report.html"
 SHOT_WIDTH = 1280  # embedded screenshots are scaled down to this width (the PNG beside the report is raw)
@@ -211,10 +211,8 @@ def write_report(directory: str | os.PathLike) -> Path:
     trace = read_trace(directory)
     page = render_report(trace)
     path = trace.dir / REPORT_FILE
-    tmp = trace.dir / f".{REPORT_FILE}.tmp"
     try:
-        tmp.write_text(page, encoding="utf-8")
-        tmp.replace(path)
+        write_private(path, page)
     except OSError as exc:
         raise InputError(f"Cannot write the report to {path}: {exc.strerror or exc}.") from None
     return path

@@ -101,6 +101,16 @@ def _private(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
 
 
+def write_private(path: str | os.PathLike, text: str) -> None:
+    """Write a file of a run atomically, readable by its owner only (runs hold screenshots and typed text)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with os.fdopen(_private(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o600)  # an older temporary file keeps its own mode through O_CREAT
+    tmp.replace(path)
+
+
 @dataclass
 class Trace:
     dir: Path

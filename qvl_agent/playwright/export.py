@@ -33,6 +33,7 @@ from qvl_agent.playwright import secret_refs
 from qvl_agent.playwright.assertions import end_state_assertions
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 from qvl_agent.playwright.steps import Op, StepCompiler, comment_text, python_locator, q, target_key
+from qvl_agent.trace import write_private
 
 __all__ = ["Compiled", "compile_run", "export_run", "export_trace", "python_locator", "write_browser_info"]
 
@@ -190,10 +191,7 @@ BROWSER_FILE = "browser.json"  # beside trace.jsonl: {"url", "viewport", "final"
 def write_browser_info(trace_dir: str | Path, url: str, viewport: tuple[int, int], final: dict | None = None) -> None:
     """Record what a browser run's trace does not: the start URL, the viewport and the final state."""
     info = {"url": url, "viewport": list(viewport), "final": final}
-    path = Path(trace_dir) / BROWSER_FILE
-    tmp = path.with_name(f".{BROWSER_FILE}.tmp")
-    tmp.write_text(json.dumps(info, ensure_ascii=False, indent=1), encoding="utf-8")
-    tmp.replace(path)
+    write_private(Path(trace_dir) / BROWSER_FILE, json.dumps(info, ensure_ascii=False, indent=1))
 
 
 def steps_from_trace(trace) -> list[dict]:

@@ -382,7 +382,6 @@ class _Forwarder:
             self.slots.release()
 
 
-
 def _close(s: socket.socket) -> None:
     try:
         s.shutdown(socket.SHUT_RDWR)
