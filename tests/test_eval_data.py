@@ -179,3 +179,15 @@ def test_a_hit_is_judged_on_the_unrounded_point_in_img_size_coordinates(tmp_path
     outcomes = evaluate(engine, items, tmp_path / "out", progress=None)
     assert [o.hit for o in outcomes] == [False, True, True]
     assert items[2].box == (100.0, 100.0, 200.0, 200.0)
+
+
+def test_the_platform_split_is_the_items_own_then_a_word_of_the_file_name_then_its_source(tmp_path):
+    _png(tmp_path / "a.png")
+
+    def item(**extra):
+        return {"img_filename": "a.png", "bbox": [1, 2, 3, 4], "instruction": "x", "data_type": "text", **extra}
+
+    (tmp_path / "screenspot_web_v2.json").write_text(json.dumps([item(data_source="gitlab"), item(platform="ios")]))
+    (tmp_path / "mywebdata.json").write_text(json.dumps([item(data_source="shop")]))
+    platforms = [i.splits["platform"] for i in load_dataset(tmp_path)]
+    assert platforms == ["shop", "web", "ios"]  # files in name order: mywebdata, screenspot_web_v2

@@ -11,8 +11,8 @@ from its fields:
 
 An image is looked for relative to its file, in an `images/` folder beside the file or beside the
 file's folder, then in the other folders beside the file (the v1/v2 downloads use `screenspot_imgs/`
-and `screenspotv2_image/`). Splits: platform (ScreenSpot's file name says mobile/desktop/web; else the
-item's platform or data_source), type (text/icon: data_type or ui_type) and, for ScreenSpot-Pro, group.
+and `screenspotv2_image/`). Splits: platform (the item's platform; else the word mobile/desktop/web in a
+ScreenSpot file's name; else its data_source), type (text/icon: data_type or ui_type) and, for ScreenSpot-Pro, group.
 
 A hit is decided the way the public evaluations decide it: the model's 0-1000 point, as a fraction of
 the image, inside the box as a fraction of the image (ScreenSpot-Pro's `img_size`, so a set whose
@@ -25,6 +25,7 @@ import html
 import json
 import math
 import random
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -122,11 +123,16 @@ def _find_image(name: str, folders: list[Path]) -> Path | None:
 
 
 def _platform(raw: dict, path: Path, layout: str) -> str:
+    """The item's own `platform` first; else, for ScreenSpot/v2, the split its file name names as a word
+    (screenspot_mobile_v2.json: mobile, but not mywebdata.json); else its data_source."""
+    if raw.get("platform"):
+        return str(raw["platform"])
     if layout == LAYOUT_V2:
+        words = re.split(r"[^a-z]+", path.stem.lower())
         for split in ("mobile", "desktop", "web"):
-            if split in path.stem.lower():
+            if split in words:
                 return split
-    return str(raw.get("platform") or raw.get("data_source") or "unknown")
+    return str(raw.get("data_source") or "unknown")
 
 
 def _is_number(value) -> bool:
