@@ -191,3 +191,21 @@ def test_the_platform_split_is_the_items_own_then_a_word_of_the_file_name_then_i
     (tmp_path / "mywebdata.json").write_text(json.dumps([item(data_source="shop")]))
     platforms = [i.splits["platform"] for i in load_dataset(tmp_path)]
     assert platforms == ["shop", "web", "ios"]  # files in name order: mywebdata, screenspot_web_v2
+
+
+def test_a_grounding_reply_is_read_by_its_coordinate_whatever_the_action_is_called():
+    """The ScreenSpot-Pro adapter for Qwen3-VL takes the tool call's `coordinate` as the answer without
+    looking at the action's name; so does `locate`, or such replies would score lower here than there."""
+    from qvl_agent.errors import ParseError
+    from qvl_agent.grounding import point_in_reply
+
+    def tool(name: str, arguments: dict) -> str:
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+    assert point_in_reply(tool("computer_use", {"action": "click", "coordinate": [120, 340]})) == (120, 340)
+    assert point_in_reply(tool("click", {"coordinate": [12.5, 34]})) == (12.5, 34)
+    assert point_in_reply(tool("computer_use", {"action": "type", "text": "a", "coordinate": [7, 8]})) == (7, 8)
+    drag = {"action": "drag", "start_coordinate": [1, 2], "coordinate": [30, 40]}
+    assert point_in_reply(tool("computer_use", drag)) == (30, 40)
+    with pytest.raises(ParseError):
+        point_in_reply(tool("computer_use", {"action": "type", "text": "no point here"}))
