@@ -6,10 +6,10 @@ instruction to click the element, guessing when unsure, and a `computer_use` too
 `left_click` on a 1000x1000 screen; its quirks, raw newlines inside the tool JSON and one closing brace
 short, are the adapter's and kept on purpose), then one user turn holding the screenshot and then the
 description, greedy decoding. The reply's point is read the way the adapter reads it: the tool call's
-`coordinate` ([x, y], or the centre of [x1, y1, x2, y2]); a bare `point_2d`/`bbox_2d` answer is
-accepted too. The point is clamped to the 0-1000 grid and mapped to physical pixels through the
-screenshot's geometry (monitor offset and scale). Used by `qvl-agent locate`, `qvl-agent eval
-screenspot`, the MCP server and the tray. Imports no torch, Qt or Playwright.
+`coordinate` ([x, y], or the centre of [x1, y1, x2, y2]) whatever the action or tool is called; a bare
+`point_2d`/`bbox_2d` answer is accepted too. The point is clamped to the 0-1000 grid and mapped to
+physical pixels through the screenshot's geometry (monitor offset and scale). Used by `qvl-agent locate`,
+`qvl-agent eval screenspot`, the MCP server and the tray. Imports no torch, Qt or Playwright.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ _NUMBER = r"-?\d+(?:\.\d+)?"
 _BOX_COORDINATE = re.compile(
     rf'"coordinate"\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]'
 )
+_POINT_COORDINATE = re.compile(rf'"coordinate"\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]')
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,11 @@ def point_in_reply(reply: str) -> tuple[float, float]:
                 return touched[-1]
     except ParseError:
         pass
-    box = _BOX_COORDINATE.search(reply)  # the adapter takes a 4-number coordinate as a box: its centre
+    # The adapter reads the tool call's `coordinate` whatever the action or tool is called ("click",
+    # "type", ...), and takes a 4-number coordinate as a box: its centre.
+    point, box = _POINT_COORDINATE.search(reply), _BOX_COORDINATE.search(reply)
+    if point and (not box or point.start() < box.start()):
+        return float(point.group(1)), float(point.group(2))
     if box:
         x1, y1, x2, y2 = (float(g) for g in box.groups())
         return (x1 + x2) / 2, (y1 + y2) / 2

@@ -99,3 +99,113 @@ def test_locate_on_the_screen_maps_the_grid_point_to_desktop_pixels(tmp_path, x_
     done = run_cli("locate", "--screen", "--engine", f"replay:{replies}", "the middle left", env={"DISPLAY": x_display})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["480", "540"]  # a quarter across, half down a 1920x1080 screen
+
+
+@pytest.mark.parametrize(
+    "name, text, says",
+    [
+        ("deep.json", "[" * 100_000, "nested too deeply"),
+        ("big.json", '[{"bbox": [1' + "0" * 5000 + "]}]", "not usable JSON"),
+        ("lines.jsonl", '{"img_filename": "a.png"}\n{broken\n', "lines.jsonl line 2 is not valid JSON"),
+        (
+            "bool.json",
+            '[{"img_filename": "a.png", "bbox": [true, 2, 3, 4], "instruction": "x", "data_type": "t"}]',
+            "bbox",
+        ),
+        (
+            "nan.json",
+            '[{"img_filename": "a.png", "bbox": [NaN, 2, 3, 4], "instruction": "x", "data_type": "t"}]',
+            "bbox",
+        ),
+        (
+            "neg.json",
+            '[{"img_filename": "a.png", "bbox": [9, 2, -3, 4], "instruction": "x", "data_type": "t"}]',
+            "negative",
+        ),
+        (
+            "size.json",
+            '[{"img_filename": "a.png", "bbox": [1, 2, 3, 4], "instruction": "x", "img_size": [0, 9]}]',
+            "img_size",
+        ),
+        (
+            "bad.json",
+            '[{"img_filename": "bad.png", "bbox": [1, 2, 3, 4], "instruction": "x", "data_type": "t"}]',
+            "bad.png",
+        ),
+    ],
+)
+def test_hostile_data_files_exit_2_with_one_sentence_before_any_model_loads(tmp_path, name, text, says):
+    _png(tmp_path / "a.png")
+    (tmp_path / "bad.png").write_bytes(b"not a png at all")
+    (tmp_path / name).write_text(text)
+    # No engine is reachable on port 9: the data must be refused before one is asked.
+    result = run_cli("eval", "screenspot", str(tmp_path / name), "--engine", "openai:http://127.0.0.1:9", timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_hit_is_judged_on_the_unrounded_point_in_img_size_coordinates(tmp_path):
+    """The public evaluations compare fractions of the image: a point just right of the box misses even
+    when it falls on the box's last whole pixel, and a box stated for a larger img_size is scaled."""
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.eval.screenspot import evaluate
+
+    _png(tmp_path / "images" / "s.png", size=(1000, 500))
+    rows = [
+        # 1000 px wide: grid x 100.5 is pixel 100.5, past the box's right edge at 100 (whole pixel 100 is in).
+        {"img_filename": "s.png", "bbox": [50, 50, 50, 50], "instruction": "edge", "data_type": "t"},
+        {"img_filename": "s.png", "bbox": [50, 50, 50, 50], "instruction": "inside", "data_type": "t"},
+    ]
+    (tmp_path / "v2.json").write_text(json.dumps(rows))
+    pro = [  # stated for a 2000x1000 original: the box is x 200-400 of 2000, i.e. 100-200 of the 1000 on disk
+        {
+            "img_filename": "s.png",
+            "bbox": [200, 200, 400, 400],
+            "img_size": [2000, 1000],
+            "instruction": "scaled",
+            "ui_type": "icon",
+            "group": "g",
+            "platform": "p",
+        },
+    ]
+    (tmp_path / "pro.json").write_text(json.dumps(pro))
+    call = (
+        '<tool_call>\n{{"name": "computer_use", "arguments": {{"action": "left_click", "coordinate": [{}, {}]}}}}'
+        "\n</tool_call>"
+    )
+    engine = ReplayEngine([call.format(100.5, 150), call.format(100, 150), call.format(150, 300)])
+    items = load_dataset(tmp_path / "v2.json") + load_dataset(tmp_path / "pro.json")
+    outcomes = evaluate(engine, items, tmp_path / "out", progress=None)
+    assert [o.hit for o in outcomes] == [False, True, True]
+    assert items[2].box == (100.0, 100.0, 200.0, 200.0)
+
+
+def test_the_platform_split_is_the_items_own_then_a_word_of_the_file_name_then_its_source(tmp_path):
+    _png(tmp_path / "a.png")
+
+    def item(**extra):
+        return {"img_filename": "a.png", "bbox": [1, 2, 3, 4], "instruction": "x", "data_type": "text", **extra}
+
+    (tmp_path / "screenspot_web_v2.json").write_text(json.dumps([item(data_source="gitlab"), item(platform="ios")]))
+    (tmp_path / "mywebdata.json").write_text(json.dumps([item(data_source="shop")]))
+    platforms = [i.splits["platform"] for i in load_dataset(tmp_path)]
+    assert platforms == ["shop", "web", "ios"]  # files in name order: mywebdata, screenspot_web_v2
+
+
+def test_a_grounding_reply_is_read_by_its_coordinate_whatever_the_action_is_called():
+    """The ScreenSpot-Pro adapter for Qwen3-VL takes the tool call's `coordinate` as the answer without
+    looking at the action's name; so does `locate`, or such replies would score lower here than there."""
+    from qvl_agent.errors import ParseError
+    from qvl_agent.grounding import point_in_reply
+
+    def tool(name: str, arguments: dict) -> str:
+        return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+    assert point_in_reply(tool("computer_use", {"action": "click", "coordinate": [120, 340]})) == (120, 340)
+    assert point_in_reply(tool("click", {"coordinate": [12.5, 34]})) == (12.5, 34)
+    assert point_in_reply(tool("computer_use", {"action": "type", "text": "a", "coordinate": [7, 8]})) == (7, 8)
+    drag = {"action": "drag", "start_coordinate": [1, 2], "coordinate": [30, 40]}
+    assert point_in_reply(tool("computer_use", drag)) == (30, 40)
+    with pytest.raises(ParseError):
+        point_in_reply(tool("computer_use", {"action": "type", "text": "no point here"}))

@@ -77,3 +77,28 @@ def test_unknown_tasks_and_bad_counts_are_refused_before_anything_runs(tmp_path)
     assert len(bad.stderr.strip().splitlines()) == 1
     bad = run_cli("eval", "miniwob", "--episodes", "0", "--engine", "replay:/nonexistent")
     assert bad.returncode == 2 and "--episodes" in bad.stderr
+
+
+def test_an_engine_that_fails_stops_the_evaluation_instead_of_scoring_zero(tmp_path):
+    """A model server that is down (or a replay that runs out) measured nothing: no success rate is
+    printed, one sentence says where it stopped, and the exit status says it did not run."""
+    done = (
+        '<tool_call>\n{"name": "computer_use", "arguments": {"action": "terminate", "status": "success"}}\n</tool_call>'
+    )
+    replay = tmp_path / "one-reply.json"
+    replay.write_text(json.dumps([done]))  # enough for the first episode only
+    out = tmp_path / "out"
+    args = ("eval", "miniwob", "--tasks", "click-button", "--episodes", "3", "--out", str(out))
+    result = run_cli(*args, "--engine", f"replay:{replay}")
+    assert result.returncode == 2, result.stderr
+    assert "MiniWoB++ stopped at click-button episode 2" in result.stderr and "Traceback" not in result.stderr
+    assert "success" not in result.stdout
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["episode"] for r in rows] == [1]  # the finished episode is kept
+    down = run_cli(*args, "--engine", "openai:http://127.0.0.1:9")
+    assert down.returncode == 2 and "Cannot connect" in down.stderr and "success" not in down.stdout
+
+
+def test_a_task_named_twice_runs_once():
+    names = miniwob.pick_tasks(" click-button, enter-text,click-button.html ", miniwob.task_pages())
+    assert names == ["click-button", "enter-text"]

@@ -182,3 +182,23 @@ def test_a_crashed_run_on_a_second_monitor_still_gets_a_report(tmp_path):
     assert page.count("<section") == 2 and "screenshot step-002.png is missing" in page
     assert "did not finish" in page and '<header class="bad">' in page
     assert "Crash &lt;b&gt;here&lt;/b&gt;" in page and "<b>here</b>" not in page
+
+
+def test_trace_show_and_list_escape_the_models_control_characters(tmp_path):
+    """A reply or task holding terminal escape sequences (clear screen, set the window title, bidi
+    overrides) reaches the terminal as visible escapes, never as the bytes themselves."""
+    runs = tmp_path / "data" / "qvl-agent" / "runs"
+    writer = TraceWriter(runs / "20260101-000000-1")
+    writer.start(task="tidy \x1b]0;OWNED\x07 up", engine="replay", executor="dry-run", mode="dry-run")
+    reply = "sure\x1b[2J\r\x1b[31mdone\u202e\nsecond line"
+    writer.step({"step": 1, "reply": reply, "results": [{"action": "wait", "ok": False, "message": "no\x1b[5m"}]})
+    writer.end(status="failure", steps=1, message="gave up\x08\x08", answer="bye\x1b[?1049h")
+    writer.close()
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    for args in (("trace", "show"), ("trace", "list")):
+        shown = run_cli(*args, env=env)
+        assert shown.returncode == 0, shown.stderr
+        assert not any(c in shown.stdout for c in "\x1b\x07\x08\r\u202e"), repr(shown.stdout)
+        assert "tidy \\x1b]0;OWNED\\x07 up" in shown.stdout
+    shown = run_cli("trace", "show", env=env).stdout
+    assert "sure\\x1b[2J" in shown and "\\x1b[31mdone\\u202e" in shown and "second line" in shown

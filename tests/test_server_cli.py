@@ -150,3 +150,26 @@ def test_a_symlinked_short_or_foreign_token_file_is_refused(tmp_path):
         "serve", "--engine", replay_file(tmp_path), env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "short"}
     )
     assert result.returncode == 2 and "QVL_API_TOKEN is 5 characters long" in result.stderr
+
+
+def test_a_token_file_that_is_a_folder_a_fifo_binary_or_has_spaces_is_one_sentence(tmp_path):
+    import os
+
+    cases = {
+        "folder": (lambda f: f.mkdir(), "is not a regular file"),
+        "fifo": (lambda f: os.mkfifo(f, 0o600), "is not a regular file"),
+        "binary": (lambda f: f.write_bytes(b"\xff\xfe\x00" + b"a" * 30), "is not text"),
+        "spaces": (lambda f: f.write_text("a token with spaces in it\n"), "holds spaces"),
+    }
+    for name, (make, expected) in cases.items():
+        config = tmp_path / name
+        config.mkdir()
+        make(config / "api_token")
+        result = run_cli("serve", "--engine", replay_file(tmp_path), env={"QVL_CONFIG_DIR": str(config)}, timeout=60)
+        assert result.returncode == 2, (name, result.stderr)
+        assert expected in result.stderr and "Traceback" not in result.stderr, (name, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, (name, result.stderr)
+    env = {"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": "ünïcode-token-0123456789"}
+    result = run_cli("serve", "--engine", replay_file(tmp_path), env=env)
+    assert result.returncode == 2 and "QVL_API_TOKEN holds spaces, control or non-ASCII" in result.stderr
+    assert "delete the file" not in result.stderr

@@ -429,3 +429,30 @@ def test_a_trickled_body_gets_408_and_a_disconnect_mid_body_is_one_line(server_l
         r.getMessage() for r in server_log if "disconnected before sending the whole request body" in r.getMessage()
     ]
     assert len(lines) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": [user("hi")] * 300_000},  # 10 MB of tiny messages
+        {"messages": [{"role": "user", "content": [1] * 1_000_000}]},  # 3 MB: a million invalid parts
+        {"messages": [user("hi")], "stop": [1] * 1_000_000},
+    ],
+    ids=["many-messages", "many-parts", "many-stops"],
+)
+def test_a_body_of_millions_of_tiny_values_is_413_while_health_keeps_answering(body):
+    """Validating millions of values holds the interpreter lock for seconds; such a body is refused
+    before validation, and /health and an ordinary request answer while it is being refused."""
+    data = json.dumps(body)
+    with serve() as url:
+        answers = []
+        hostile = threading.Thread(target=lambda: answers.append(post(url, data)))
+        hostile.start()
+        while hostile.is_alive():
+            responsive(url)
+        hostile.join()
+        (answer,) = answers
+        assert answer.status_code == 413, answer.text[:200]
+        error = answer.json()["error"]
+        assert "100,000 JSON values" in error["message"] and error["code"] == "request_too_large"
+        responsive(url)

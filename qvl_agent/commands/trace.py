@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import webbrowser
 
+from qvl_agent.actions import printable
 from qvl_agent.config import Settings
 from qvl_agent.errors import UsageError
 from qvl_agent.report import write_report
@@ -80,7 +81,8 @@ def format_trace(directory) -> str:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    print(format_trace(args.dir or latest_run()))
+    # The trace holds the model's words: escape sequences in them must not drive the person's terminal.
+    print(printable(format_trace(args.dir or latest_run()), keep="\n"))
     return 0
 
 
@@ -93,7 +95,8 @@ def list_runs(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for d in dirs[: args.limit]:
         s = summarize(d)
-        print(f"{d.name:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome:10}  {' '.join(s.task.split())}")
+        line = f"{d.name:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome:10}  {' '.join(s.task.split())}"
+        print(printable(line))
     return 0
 
 

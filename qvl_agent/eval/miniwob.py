@@ -26,7 +26,7 @@ from pathlib import Path
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.engine.base import Engine, GenerationOptions
-from qvl_agent.errors import BrowserError, UsageError
+from qvl_agent.errors import BrowserError, EngineError, UsageError
 from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
 
 VIEWPORT = (160, 210)
@@ -60,7 +60,8 @@ def pick_tasks(spec: str | None, html: Path) -> list[str]:
     known = all_tasks(html)
     if spec is None:
         return known
-    names = [t.strip().removesuffix(".html") for t in spec.split(",") if t.strip()]
+    # A task named twice runs once: two copies would repeat the same seeds and count the same episodes twice.
+    names = list(dict.fromkeys(t.strip().removesuffix(".html") for t in spec.split(",") if t.strip()))
     if not names:
         raise UsageError("--tasks is empty: name MiniWoB++ tasks like click-button,enter-text.")
     for name in names:
@@ -177,6 +178,10 @@ def run_episode(
         start = time.perf_counter()
         result = agent.run(utterance)
         elapsed_ms = (time.perf_counter() - start) * 1000
+        if result.status == "error":
+            # The engine (or the browser) failed, not the model: counting it as a failed episode would
+            # print a success rate that measured nothing.
+            raise EngineError(f"MiniWoB++ stopped at {task} episode {episode}: {result.message}")
         state = page.evaluate(_STATE)
     finally:
         executor.close()

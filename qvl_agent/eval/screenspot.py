@@ -11,15 +11,21 @@ from its fields:
 
 An image is looked for relative to its file, in an `images/` folder beside the file or beside the
 file's folder, then in the other folders beside the file (the v1/v2 downloads use `screenspot_imgs/`
-and `screenspotv2_image/`). Splits: platform (ScreenSpot's file name says mobile/desktop/web; else the
-item's platform or data_source), type (text/icon: data_type or ui_type) and, for ScreenSpot-Pro, group.
+and `screenspotv2_image/`). Splits: platform (the item's platform; else the word mobile/desktop/web in a
+ScreenSpot file's name; else its data_source), type (text/icon: data_type or ui_type) and, for ScreenSpot-Pro, group.
+
+A hit is decided the way the public evaluations decide it: the model's 0-1000 point, as a fraction of
+the image, inside the box as a fraction of the image (ScreenSpot-Pro's `img_size`, so a set whose
+screenshots were resized still scores right), edges included, with no rounding to whole pixels.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
 import random
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,7 +35,7 @@ from qvl_agent.engine.base import Engine
 from qvl_agent.errors import ParseError, UsageError
 from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
 from qvl_agent.grounding import ask, grounded
-from qvl_agent.image import load_image
+from qvl_agent.image import GRID, load_image
 
 LAYOUT_V2 = "ScreenSpot/v2"
 LAYOUT_PRO = "ScreenSpot-Pro"
@@ -46,6 +52,7 @@ class Item:
     splits: dict[str, str] = field(default_factory=dict)
 
     def contains(self, x: float, y: float) -> bool:
+        """Whether the point (image pixels, fractions allowed) is inside the box, edges included."""
         x1, y1, x2, y2 = self.box
         return x1 <= x <= x2 and y1 <= y <= y2
 
@@ -60,19 +67,30 @@ def _read_items(path: Path, strict: bool = True) -> list[dict]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"Cannot read the data file {path}: {exc}.") from None
-    try:
-        if path.suffix == ".jsonl":
-            data = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"The data file {path} is not valid JSON ({exc}).") from None
+    if path.suffix == ".jsonl":
+        data = [_parse_json(line, path, n) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    else:
+        data = _parse_json(text, path)
     is_data = isinstance(data, list) and all(isinstance(d, dict) for d in data)
     if not strict and not (is_data and any("img_filename" in d for d in data)):
         return []
     if not is_data:
         raise UsageError(f"The data file {path} must hold a list of items (JSON objects).")
     return data
+
+
+def _parse_json(text: str, path: Path, line: int | None = None):
+    """One JSON document; anything the parser chokes on (syntax, absurd nesting, a number too long to
+    convert) is one sentence naming the file and, for JSONL, the line."""
+    where = f"{path}" if line is None else f"{path} line {line}"
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"The data file {where} is not valid JSON ({exc}).") from None
+    except RecursionError:
+        raise UsageError(f"The data file {where} is nested too deeply to be data.") from None
+    except ValueError as exc:  # e.g. an integer with thousands of digits
+        raise UsageError(f"The data file {where} is not usable JSON ({exc}).") from None
 
 
 def detect_layout(items: list[dict], path: Path) -> str:
@@ -105,19 +123,49 @@ def _find_image(name: str, folders: list[Path]) -> Path | None:
 
 
 def _platform(raw: dict, path: Path, layout: str) -> str:
+    """The item's own `platform` first; else, for ScreenSpot/v2, the split its file name names as a word
+    (screenspot_mobile_v2.json: mobile, but not mywebdata.json); else its data_source."""
+    if raw.get("platform"):
+        return str(raw["platform"])
     if layout == LAYOUT_V2:
+        words = re.split(r"[^a-z]+", path.stem.lower())
         for split in ("mobile", "desktop", "web"):
-            if split in path.stem.lower():
+            if split in words:
                 return split
-    return str(raw.get("platform") or raw.get("data_source") or "unknown")
+    return str(raw.get("data_source") or "unknown")
 
 
-def _box(raw: dict, layout: str, where: str) -> tuple[float, float, float, float]:
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _box(raw: dict, layout: str, where: str, size: tuple[int, int]) -> tuple[float, float, float, float]:
+    """The item's box as x1, y1, x2, y2 in pixels of the image on disk."""
     bbox = raw.get("bbox")
-    if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, int | float) for v in bbox)):
-        raise UsageError(f"{where}: bbox must be four numbers, not {bbox!r}.")
+    if not (isinstance(bbox, list) and len(bbox) == 4 and all(_is_number(v) for v in bbox)):
+        raise UsageError(f"{where}: bbox must be four numbers, not {str(bbox)[:80]}.")
     a, b, c, d = (float(v) for v in bbox)
-    return (a, b, a + c, b + d) if layout == LAYOUT_V2 else (a, b, c, d)
+    x1, y1, x2, y2 = (a, b, a + c, b + d) if layout == LAYOUT_V2 else (a, b, c, d)
+    if x2 < x1 or y2 < y1:
+        raise UsageError(f"{where}: bbox {bbox} has a negative width or height.")
+    stated = raw.get("img_size")
+    if layout == LAYOUT_PRO and stated is not None:
+        if not (isinstance(stated, list) and len(stated) == 2 and all(_is_number(v) and v > 0 for v in stated)):
+            raise UsageError(f"{where}: img_size must be [width, height], not {str(stated)[:80]}.")
+        sx, sy = size[0] / stated[0], size[1] / stated[1]  # the box is in img_size pixels
+        x1, y1, x2, y2 = x1 * sx, y1 * sy, x2 * sx, y2 * sy
+    return x1, y1, x2, y2
+
+
+def _image_size(image: Path) -> tuple[int, int]:
+    """The image's size from its header alone: an unreadable image is refused before a model loads."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(image) as im:
+            return im.size
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        raise UsageError(f"{image} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
 
 
 def load_dataset(data: str | Path) -> list[Item]:
@@ -158,8 +206,9 @@ def load_dataset(data: str | Path) -> list[Item]:
                 splits["type"] = str(kind)
             if raw.get("group"):
                 splits["group"] = str(raw["group"])
-            item_id = str(raw.get("id") or f"{path.stem}:{i + 1}")
-            items.append(Item(item_id, image, instruction.strip(), _box(raw, layout, where), layout, splits))
+            item_id = str(raw["id"]) if raw.get("id") not in (None, "") else f"{path.stem}:{i + 1}"
+            box = _box(raw, layout, where, _image_size(image))
+            items.append(Item(item_id, image, instruction.strip(), box, layout, splits))
     if not items:
         raise UsageError(f"The data set {root} has no items.")
     return items
@@ -190,7 +239,9 @@ def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) 
             try:
                 found = grounded(reply, ms, shot)
                 point, model_point = (found.x, found.y), (found.model_x, found.model_y)
-                outcome = Outcome(item, point, model_point, item.contains(*point), ms, reply)
+                # The hit is judged on the unrounded point, as the public evaluations judge it.
+                hit = item.contains(found.model_x * shot.width / GRID, found.model_y * shot.height / GRID)
+                outcome = Outcome(item, point, model_point, hit, ms, reply)
             except ParseError as exc:  # a reply without a point is a miss, not the end of the run
                 outcome = Outcome(item, None, None, False, ms, reply, str(exc))
             outcomes.append(outcome)
@@ -232,7 +283,8 @@ def summarize(outcomes: list[Outcome]) -> list[str]:
     lines.append(latency_line([o.ms for o in outcomes]))
     unanswered = sum(o.point is None for o in outcomes)
     if unanswered:
-        lines.append(f"{unanswered} replies named no point (counted as misses)")
+        replies = "reply" if unanswered == 1 else "replies"
+        lines.append(f"{unanswered} {replies} named no point (counted as misses)")
     return lines
 
 

@@ -41,16 +41,18 @@ def is_loopback(host: str) -> bool:
 def read_token_file(path: Path) -> tuple[str, str | None]:
     """(token, notice or None) from an existing token file, checked and made private if it was not."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # No link is followed, and a FIFO put in the file's place cannot block the start.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         if os.path.islink(path):
             raise ConfigError(f"The API token file {path} is a symbolic link; replace it with a file.") from None
         raise ConfigError(f"Cannot read the API token file {path} ({exc.strerror}).") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # checked before wrapping: a folder cannot even be wrapped
+        os.close(fd)
+        raise ConfigError(f"The API token file {path} is not a regular file; delete it so a new one is made.")
     notice = None
-    with os.fdopen(fd, "r", encoding="utf-8") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"The API token file {path} is not a regular file.")
+    with os.fdopen(fd, "rb") as fh:
         if hasattr(os, "getuid") and info.st_uid != os.getuid():
             raise ConfigError(
                 f"The API token file {path} belongs to another user (uid {info.st_uid}); "
@@ -60,16 +62,23 @@ def read_token_file(path: Path) -> tuple[str, str | None]:
         if mode & 0o077:
             os.fchmod(fh.fileno(), 0o600)
             notice = f"The API token file {path} was readable by others (mode {mode:04o}); changed it to 0600."
-        token = fh.read(4096).strip()
-    check_token(token, f"The API token in {path}")
+        data = fh.read(4096)
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"The API token file {path} is not text; delete it so a new one is made.") from None
+    check_token(token, f"The API token in {path}", "delete the file so a new one is made")
     return token, notice
 
 
-def check_token(token: str, where: str) -> None:
+def check_token(token: str, where: str, remedy: str) -> None:
+    """A usable token: at least MIN_TOKEN_CHARS visible ASCII characters, as an HTTP header can carry."""
     if len(token) < MIN_TOKEN_CHARS:
+        raise ConfigError(f"{where} is {len(token)} characters long; use at least {MIN_TOKEN_CHARS} (or {remedy}).")
+    if not all("!" <= c <= "~" for c in token):
         raise ConfigError(
-            f"{where} is {len(token)} characters long; use at least {MIN_TOKEN_CHARS} (or delete the file "
-            "so a new one is made)."
+            f"{where} holds spaces, control or non-ASCII characters, which an Authorization header cannot "
+            f"carry; use letters, digits and punctuation only (or {remedy})."
         )
 
 
@@ -101,7 +110,7 @@ def resolve_token(settings_token: str, directory: Path, host: str, no_token: boo
             raise UsageError(f"--no-token is only allowed on a loopback address (127.0.0.1, ::1), not {host}.")
         return None, "No API token: programs on this machine can use the server (web pages cannot)."
     if settings_token:
-        check_token(settings_token, "QVL_API_TOKEN")
+        check_token(settings_token, "QVL_API_TOKEN", "unset it so the token file is used")
         return settings_token, "API token from QVL_API_TOKEN."
     token, _, note = load_or_create_token(directory)
     return token, note

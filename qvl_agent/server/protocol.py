@@ -27,6 +27,11 @@ from qvl_agent.image import Screenshot
 MAX_TOKENS_CAP = 32_768  # beyond any sane reply; the engine's context is the real bound
 MAX_STOP_STRINGS = 4  # OpenAI's own limit
 MAX_STOP_CHARS = 256  # holding back a stop string costs time in its length: keep it short
+# Validation runs in compiled code that holds the interpreter lock, so a body of millions of tiny values
+# (a million messages, a list of a million numbers in a few MB) would stall every other request, /health
+# included, for seconds. Commas, objects and arrays bound the number of values; an honest conversation
+# under the prompt-token cap has far fewer, and counting them costs a fraction of a second for 64 MB.
+MAX_JSON_ITEMS = 100_000
 
 
 class ApiError(Exception):
@@ -165,6 +170,15 @@ class ChatRequest:
 
 def parse_chat_request(raw: bytes, default_max_tokens: int) -> ChatRequest:
     """A validated ChatRequest from a request body, or ApiError saying what is wrong with it."""
+    items = 0
+    for mark in (b",", b"{", b"["):
+        items += raw.count(mark)
+        if items > MAX_JSON_ITEMS:
+            raise ApiError(
+                413,
+                f"The request holds more than {MAX_JSON_ITEMS:,} JSON values; send a shorter conversation.",
+                code="request_too_large",
+            )
     try:
         body = ChatCompletionRequest.model_validate_json(raw)
     except ValidationError as exc:
