@@ -209,3 +209,21 @@ def test_a_grounding_reply_is_read_by_its_coordinate_whatever_the_action_is_call
     assert point_in_reply(tool("computer_use", drag)) == (30, 40)
     with pytest.raises(ParseError):
         point_in_reply(tool("computer_use", {"action": "type", "text": "no point here"}))
+
+
+def test_a_second_evaluation_into_the_same_folder_leaves_no_pictures_of_the_first(tmp_path):
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.eval.screenspot import evaluate, summarize, write_screenspot_report
+
+    _png(tmp_path / "a.png")
+    rows = [
+        {"img_filename": "a.png", "bbox": [0, 0, 10, 10], "instruction": f"x{i}", "data_type": "t"} for i in range(3)
+    ]
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    items = load_dataset(tmp_path / "d.json")
+    out = tmp_path / "out"
+    far, near = '{"point_2d": [900, 900]}', '{"point_2d": [10, 10]}'
+    for replies in ([far, far, far], [near, near, far]):
+        outcomes = evaluate(ReplayEngine(replies), items, out, progress=None)
+        write_screenspot_report(out, outcomes, summarize(outcomes))
+    assert sorted(p.name for p in (out / "samples").iterdir()) == ["hit-1.png", "hit-2.png", "miss-1.png"]

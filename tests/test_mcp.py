@@ -28,7 +28,7 @@ from tests.pages.helpers import CHROMIUM, call, click_at, element_centres
 from tests.pages.server import PageServer
 
 pytestmark = [pytest.mark.display]
-TOKEN = "mcp-test-token-0123456789"
+TOKEN = "mcp-test-token-0123456789"  # serve and mcp refuse tokens under 16 characters
 
 
 def _env(tmp_path: Path, **extra: str) -> dict:
@@ -287,7 +287,9 @@ def test_engine_openai_shares_a_running_serve(x_display, tmp_path):
     from tests.support.live_server import start_serve, stop_serve
 
     served = _replay(tmp_path, ["Answered by the shared server."])
-    url, proc, _ = start_serve("--engine", served, config_dir=tmp_path / "serve-config", token="shared-token-0123456789")
+    url, proc, _ = start_serve(
+        "--engine", served, config_dir=tmp_path / "serve-config", token="shared-token-0123456789"
+    )
     try:
         params = StdioServerParameters(
             command=sys.executable,
@@ -338,3 +340,32 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path, args, message):
     done = run_cli("mcp", "--engine", "replay:/nonexistent.json", *args, env=_env(tmp_path), timeout=60)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_arguments_that_fail_the_schema_are_one_sentence_naming_the_argument(tmp_path):
+    """In process, with the SDK's client: pydantic's several lines and link become one sentence a calling
+    model can act on, and the server keeps serving."""
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.mcp_server.server import build_server
+    from qvl_agent.mcp_server.tools import ScreenTools
+
+    server = build_server(ScreenTools(ReplayEngine([]), Settings()))
+
+    async def session():
+        async with Client(server) as client:
+            cases = [
+                ("locate", {"description": ["a"]}, "Bad arguments for locate: description: input should be a valid"),
+                ("ask_screen", {}, "Bad arguments for ask_screen: question is required."),
+                ("ask_screen", {"question": "q", "region": {"x": 0, "y": 0, "width": 0, "height": 9}}, "region.width"),
+                ("run_task", {"task": "t", "max_steps": 10**9}, "max_steps: input should be less than or equal"),
+            ]
+            for name, args, says in cases:
+                bad = await client.call_tool(name, args)
+                assert bad.is_error, (name, args)
+                text = _text(bad)
+                assert says in text and "\n" not in text and "pydantic.dev" not in text, text
+            listed = await client.list_tools()
+            assert len(listed.tools) == 5  # still serving
+
+    anyio.run(session)

@@ -314,6 +314,8 @@ def write_screenspot_report(out: Path, outcomes: list[Outcome], lines: list[str]
     misses = [o for o in outcomes if not o.hit]
     samples = out / "samples"
     samples.mkdir(exist_ok=True)
+    for old in [*samples.glob("hit-*.png"), *samples.glob("miss-*.png")]:  # an earlier run into the same --out
+        old.unlink()
     figures = []
     for kind, group in (("hit", hits), ("miss", misses)):
         for i, o in enumerate(rng.sample(group, min(SAMPLES, len(group)))):

@@ -22,7 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from qvl_agent import __version__
 from qvl_agent.errors import QvlError
@@ -66,9 +66,41 @@ def _result(text: str, data: dict) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)
 
 
+def argument_error(tool: str, exc: ValidationError) -> str:
+    """One sentence for arguments that fail a tool's schema, naming the argument (pydantic's own text is
+    several lines with a link, which a calling model reads worse)."""
+    errors = exc.errors(include_url=False)
+    error = max(errors, key=lambda e: len(e["loc"]))  # the deepest location is the most specific
+    # Union members show up in the location by their type name ("int", "ScreenRegion"): not arguments.
+    path = ".".join(str(p) for p in error["loc"] if not (isinstance(p, str) and p[:1].isupper() or p in _TYPES))
+    given = repr(error.get("input"))
+    given = given if len(given) <= 60 else given[:57] + "..."
+    message = error["msg"][0].lower() + error["msg"][1:]
+    where = f"{path}: " if path else ""
+    more = f" ({len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    if error["type"] == "missing":
+        return f"Bad arguments for {tool}: {path or 'an argument'} is required{more}."
+    return f"Bad arguments for {tool}: {where}{message}, not {given}{more}."
+
+
+_TYPES = {"int", "str", "float", "bool", "none", "list", "dict", "literal"}
+
+
+class _Server(MCPServer):
+    """The SDK's server, with schema failures said in one sentence."""
+
+    async def call_tool(self, name, arguments, context=None):
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(argument_error(name, exc.__cause__)) from None
+            raise
+
+
 def build_server(tools: ScreenTools) -> MCPServer:
     """The MCP server with the five tools on `tools`."""
-    mcp = MCPServer("qvl-agent", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    mcp = _Server("qvl-agent", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     @mcp.tool(annotations=read_only)
