@@ -84,7 +84,7 @@ def grab(monitor: int | None = None, region: Region | None = None, scale: float 
             if not 0 <= index < len(monitors):
                 raise CaptureError(
                     f"There is no monitor {index}: this desktop has {len(monitors) - 1} "
-                    f"(use 1 to {len(monitors) - 1}, or 0 for all of them)."
+                    f"(use {monitor_choices(len(monitors) - 1)}, or 0 for all of them)."
                 )
             m = monitors[index]
             area = {"left": m["left"], "top": m["top"], "width": m["width"], "height": m["height"]}
@@ -117,3 +117,8 @@ def grab(monitor: int | None = None, region: Region | None = None, scale: float 
             monitor=index,
             source="screen",
         )
+
+
+def monitor_choices(count: int) -> str:
+    """The monitor numbers to offer: "1" for one monitor, "1 to 3" for three."""
+    return "1" if count == 1 else f"1 to {count}"

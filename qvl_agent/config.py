@@ -39,6 +39,7 @@ def download_command(model: str) -> str:
 
 
 DEVICES = "auto, cpu, cuda, cuda:N or mps"
+MAX_PIXELS_LIMIT = 16_777_216  # the processor's max_pixels: the model never sees more
 
 # --- hotkey syntax (pynput's GlobalHotKeys), checked without importing pynput -------------------------
 
@@ -159,6 +160,8 @@ def _check_value(name: str, value) -> None:
     minimum = {"max_pixels": 65_536, "max_new_tokens": 1, "max_actions_per_reply": 1, "max_type_chars": 1}
     if name in minimum and value < minimum[name]:
         raise ConfigError(f"{name} must be at least {minimum[name]}, not {value}.")
+    if name == "max_pixels" and value > MAX_PIXELS_LIMIT:
+        raise ConfigError(f"max_pixels must be at most {MAX_PIXELS_LIMIT:,} (Qwen3-VL's own cap), not {value:,}.")
     if name in ("feature_cache_mb", "session_memory_mb") and value < 0:
         raise ConfigError(f"{name} cannot be negative, not {value}.")
     if name == "safety_mode" and value not in SAFETY_MODES:

@@ -57,3 +57,10 @@ def test_the_browser_comes_from_the_flag_then_the_setting_then_playwright_then_t
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(BrowserError, match="No Chromium was found"):
         B.find_browser(None, "", None)
+
+
+@pytest.mark.parametrize("key", ["\n", "\t", "\x1b"])
+def test_a_control_character_is_no_key_name(key):
+    # An exported script would otherwise press "\n+Enter", which Playwright cannot replay.
+    with pytest.raises(ActionError, match="Unknown key"):
+        B.playwright_key((key, "Enter"))

@@ -168,3 +168,9 @@ def test_speculative_decoding_is_a_true_or_false_setting(path):
     assert config.load(path, env={"QVL_SPECULATE": "0"}).settings.speculative is False
     with pytest.raises(ConfigError, match="QVL_SPECULATE"):
         config.load(path, env={"QVL_SPECULATE": "maybe"})
+
+
+def test_max_pixels_beyond_what_the_model_sees_is_refused(path):
+    loaded = load_text(path, "max_pixels = 100000000000\n")
+    assert loaded.settings.max_pixels == Settings().max_pixels
+    assert "max_pixels must be at most 16,777,216" in loaded.notice

@@ -277,7 +277,7 @@ def test_confirm_mode_asks_on_the_terminal_and_a_no_stops_the_run(app, tmp_path)
     ("args", "message"),
     [
         (["--monitor", "7"], "There is no monitor 7"),
-        (["--monitor", "0"], "There is no monitor 0 to work on: use 1 to 1"),
+        (["--monitor", "0"], "There is no monitor 0 to work on: use 1 (or --region"),
         (["--region", "1900,1000,500,500"], "lies outside the screen, which is 1920x1080 at (0, 0)."),
         (["--region", "10,10,0,5"], "positive width and height"),
         (["--max-steps", "0"], "--max-steps must be at least 1"),

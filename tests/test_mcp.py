@@ -369,3 +369,12 @@ def test_arguments_that_fail_the_schema_are_one_sentence_naming_the_argument(tmp
             assert len(listed.tools) == 5  # still serving
 
     anyio.run(session)
+
+
+def test_an_overlong_question_is_refused_before_the_engine_sees_it(tmp_path):
+    from qvl_agent.errors import UsageError
+    from qvl_agent.mcp_server.tools import MAX_TEXT_CHARS, _text
+
+    with pytest.raises(UsageError, match="characters long"):
+        _text("x" * (MAX_TEXT_CHARS + 1), "question", '"What is this?"')
+    assert _text("  What is this?  ", "question", "") == "What is this?"

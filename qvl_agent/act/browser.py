@@ -70,7 +70,8 @@ def playwright_key(keys: tuple[str, ...]) -> str:
     """Qwen's chord, e.g. ("ctrl", "a"), as Playwright's "Control+a"."""
     names = []
     for key in keys:
-        name = key if len(key) == 1 else PLAYWRIGHT.get(canonical(key))
+        # One printable character is itself; a control character ("\n") is no key name Playwright knows.
+        name = key if len(key) == 1 and key.isprintable() else PLAYWRIGHT.get(canonical(key))
         if name is None:
             hint = "use names like enter, tab, ctrl, shift, up, f5 or one character"
             raise ActionError(f"Unknown key {key!r}; {hint}.")

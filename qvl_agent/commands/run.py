@@ -21,7 +21,7 @@ from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
-from qvl_agent.capture import list_monitors
+from qvl_agent.capture import list_monitors, monitor_choices
 from qvl_agent.cli import (
     add_engine_args,
     add_secret_args,
@@ -59,7 +59,8 @@ def _check_monitor(monitor: int) -> None:
     """A run works on one monitor, so unlike `ask --screen` it takes no 0 (the whole desktop)."""
     count = len(list_monitors()) - 1
     if not 1 <= monitor <= count:
-        raise UsageError(f"There is no monitor {monitor} to work on: use 1 to {count} (or --region X,Y,W,H).")
+        choices = monitor_choices(count)
+        raise UsageError(f"There is no monitor {monitor} to work on: use {choices} (or --region X,Y,W,H).")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -42,10 +42,15 @@ class RunOutcome:
         return asdict(self)
 
 
+MAX_TEXT_CHARS = 20_000  # a question, task or description; a longer one would hold the engine for minutes
+
+
 def _text(value: str, what: str, example: str) -> str:
     value = (value or "").strip()
     if not value:
         raise UsageError(f"The {what} is empty: say what you want, e.g. {example}.")
+    if len(value) > MAX_TEXT_CHARS:
+        raise UsageError(f"The {what} is {len(value):,} characters long; keep it under {MAX_TEXT_CHARS:,}.")
     return value
 
 
@@ -159,20 +164,23 @@ class ScreenTools:
         task = _text(task, "task", '"Sign in as demo/demo"')
         _check_steps(max_steps)
         with self._lock:
-            trace = TraceWriter(default_trace_dir())
-            executor = None
+            # The browser first: no Chromium or a dead URL leaves no empty run folder behind.
+            executor = BrowserExecutor(
+                url, browser=self.browser, configured_browser=self.settings.browser, viewport=VIEWPORT
+            )
             try:
-                write_browser_info(trace.dir, url, VIEWPORT)
-                executor = BrowserExecutor(
-                    url, browser=self.browser, configured_browser=self.settings.browser, viewport=VIEWPORT
-                )
-                # The run acts only inside its own fresh browser profile, so the guard does not ask.
-                result = self._agent(executor, Guard(mode="auto"), trace, max_steps, "browser").run(task)
-                write_browser_info(trace.dir, url, VIEWPORT, executor.final_state() if result.ok else None)
+                trace = TraceWriter(default_trace_dir())
+                try:
+                    write_browser_info(trace.dir, url, VIEWPORT)
+                    # The run acts only inside its own fresh browser profile: the guard does not ask, and
+                    # keys reach the page, never the system.
+                    guard = Guard.for_settings(self.settings, "auto", allow_keys=True)
+                    result = self._agent(executor, guard, trace, max_steps, "browser").run(task)
+                    write_browser_info(trace.dir, url, VIEWPORT, executor.final_state() if result.ok else None)
+                finally:
+                    trace.close()
             finally:
-                if executor is not None:
-                    executor.close()
-                trace.close()
+                executor.close()
         script = ""
         if result.ok:
             export_trace(trace.dir, trace.dir / "script.py")
