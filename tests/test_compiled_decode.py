@@ -114,6 +114,10 @@ def test_the_compile_cache_folder_is_the_persons_when_they_chose_one(tmp_path, m
     chosen = use_cache_dir("abc123")
     assert chosen.startswith(str(tmp_path / "cache")) and chosen.endswith("abc123")
     assert os.path.isdir(chosen)
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # torch's own default, set by torch
+    assert use_cache_dir("abc123") == chosen
     mine = tmp_path / "mine"
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(mine))
     assert use_cache_dir("def456") == str(mine)

@@ -232,6 +232,8 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
         engine.wait_compiled()
     compile_wait_s = time.perf_counter() - t0
     log(f"decode path: {engine.compile_status} (waited {compile_wait_s:.1f} s)")
+    if engine.compiler is not None:
+        log(f"compiled decode step built in {engine.compiler.seconds:.1f} s after ready")
     shots = [ui_screenshot(i) for i in range(8 * reps + 8)]
     pngs = [png_bytes(s) for s in shots]
     nxt = iter(range(len(shots)))
@@ -374,6 +376,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
         "cuda_graphs_problem": engine.fast_problem,
         "decode_path": engine.compile_status,
         "compile_wait_s": round(compile_wait_s, 1),
+        "compile_s": round(engine.compiler.seconds, 1) if engine.compiler else None,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "rows": [r.row() for r in results.values()],
         "screens": screens,

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,7 +44,11 @@ def cache_dir(key: str) -> Path:
 def use_cache_dir(key: str) -> str:
     """Point inductor's on-disk caches (FX graph and kernels) at the folder for `key`, unless the person
     chose one with TORCHINDUCTOR_CACHE_DIR. Returns the folder in use."""
-    if not os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # Torch writes its default into the variable the first time it asks; that is not the person's choice.
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    if not chosen or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
         path = cache_dir(key)
         path.mkdir(parents=True, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
@@ -63,6 +68,7 @@ class BackgroundSwap:
         self.install = install
         self.done = 0
         self.error = ""
+        self.seconds = 0.0  # from start to the last install (or the failure)
         self._finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qvl-compile", daemon=True)
 
@@ -71,6 +77,7 @@ class BackgroundSwap:
         return self
 
     def _run(self) -> None:
+        t0 = time.perf_counter()
         try:
             with torch.inference_mode():
                 for item in self.items:
@@ -81,6 +88,7 @@ class BackgroundSwap:
         except Exception as exc:  # the plain graphs keep serving; the status says why
             self.error = f"{type(exc).__name__}: {exc}"[:300]
         finally:
+            self.seconds = time.perf_counter() - t0
             self._finished.set()
 
     @property
