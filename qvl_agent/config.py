@@ -138,6 +138,7 @@ class Settings:
     feature_cache_mb: int = 1024  # vision features kept by content hash
     session_memory_mb: int = 4096  # KV caches of idle sessions beyond this are evicted, oldest first
     speculative: bool = True  # greedy replies draft tool-call skeletons and n-grams, verified in one forward
+    compile: bool = True  # on a GPU, a torch.compile'd decode step is built in the background and swapped in
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
@@ -181,6 +182,7 @@ ENV_VARS = {
     "QVL_FEATURE_CACHE_MB": "feature_cache_mb",
     "QVL_SESSION_MEMORY_MB": "session_memory_mb",
     "QVL_SPECULATE": "speculative",
+    "QVL_COMPILE": "compile",
     "QVL_SAFETY_MODE": "safety_mode",
     "QVL_BROWSER": "browser",
     "QVL_API_KEY": "api_key",

@@ -288,6 +288,11 @@ def main(argv=None) -> int:
     engine = build_engine(args.device, args.model)
     log(f"engine ready in {time.perf_counter() - t0:.1f} s; graphs: {bool(engine.fast)} {engine.fast_problem}")
     problems = []
+    if engine.compiler is not None:  # check the compiled decode step, not the plain graphs it replaces
+        t1 = time.perf_counter()
+        if not engine.wait_compiled():
+            problems.append(f"compiled decode step: {engine.compile_status}")
+        log(f"decode path: {engine.compile_status} after {time.perf_counter() - t1:.1f} s more")
     if args.device.startswith("cuda"):
         if engine.fast is None or not engine.fast.prefill:
             problems.append(f"fast paths off: {engine.fast_problem or 'no prefill graphs'}")
@@ -305,6 +310,7 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "dtype": str(engine.dtype),
         "cuda_graphs": bool(engine.fast),
+        "decode_path": engine.compile_status,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "scenarios": len(rows),
         "tokens_compared": compared,
@@ -323,6 +329,7 @@ def main(argv=None) -> int:
         )
     print(
         f"SUMMARY {summary['device']} {summary['dtype']} graphs={summary['cuda_graphs']} "
+        f"decode={summary['decode_path']} "
         f"({summary['prefill_graphs']} prefill): {summary['scenarios']} turns, {compared} tokens compared, "
         f"{mismatches} mismatches, {summary['near_ties']} near-ties, {summary['draft_accepted']} drafts kept; "
         f"problems: {problems or 'none'}"

@@ -23,6 +23,7 @@ def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tm
     assert [r["screen"] for r in report["screens"]] == ["1366x768", "1920x1080", "2560x1440", "3840x2160"]
     assert [r["visual_tokens"] for r in report["screens"]] == [1032, 2040, 3600, 8160]
     assert report["cuda_graphs"] is False  # the GPU-only paths step aside on a CPU
+    assert report["decode_path"] == "eager" and report["compile_s"] is None  # no compile without a GPU
     agreed, total = map(int, report["greedy_tokens_agreeing_with_generate"].split("/"))
     assert agreed == total == 32
     assert report["first_token_max_abs_logit_diff"] < 1e-3

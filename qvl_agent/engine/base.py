@@ -48,6 +48,7 @@ class TurnStats:
     prompt_tokens: int = 0  # the whole context before this turn's reply
     cached_tokens: int = 0  # of those, how many came from a reused KV cache
     draft_accepted: int = 0  # reply tokens that were drafted and verified, without a forward of their own
+    decode_path: str = ""  # local engine: "eager", "plain graphs", "compiling i/n" or "compiled"
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}

@@ -139,7 +139,7 @@ class GraphRunner:
         self.pool = None
         self.problem = ""  # why prefill graphs are off, when they are
 
-    def _capture(self, fn, warmups: int = 2):
+    def _capture(self, fn, warmups: int = 2, thread_local: bool = False):
         device = self.slot.cache.layers[0].keys.device
         stream = torch.cuda.Stream(device)
         stream.wait_stream(torch.cuda.current_stream(device))
@@ -150,7 +150,8 @@ class GraphRunner:
         torch.cuda.current_stream(device).wait_stream(stream)
         self.slot.set_length(0)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        # A capture from a background thread (the compiled step) must not trip over other threads.
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local" if thread_local else "global"):
             out = fn()
         self.pool = graph.pool()
         return graph, out

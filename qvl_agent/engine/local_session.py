@@ -306,6 +306,7 @@ class LocalSession(Session):
                     prompt_tokens=len(target.ids),
                     cached_tokens=reuse,
                     draft_accepted=accepted,
+                    decode_path=e.compile_status,
                 )
                 self.last_used = time.monotonic()
                 e.enforce_memory_cap(keep=self)

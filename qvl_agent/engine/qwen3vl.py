@@ -146,6 +146,7 @@ class Qwen3VLEngine(Engine):
         self._vision_inputs: dict[tuple, dict] = {}  # grid -> precomputed vision-tower inputs
         self.fast: GraphRunner | None = None  # CUDA graphs, set up by warm_up() on a GPU
         self.fast_problem = ""  # why the graphs are off, when they are
+        self.compiler = None  # the background build of the compiled decode step (`compiled_decode.py`)
 
     def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
         """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
@@ -166,6 +167,30 @@ class Qwen3VLEngine(Engine):
         session = self.open_session([blank])
         session.complete("Hi", options=GenerationOptions(max_new_tokens=2, min_new_tokens=2))
         session.close()
+        if self.fast is not None and self.settings.compile:
+            self.start_compile()
+
+    def start_compile(self, make_swap=None) -> None:
+        """Build the compiled decode step on a background thread and swap it in between turns; serving
+        goes on over the plain graphs meanwhile. `make_swap(engine)` returns the `BackgroundSwap` (the
+        compiled CUDA step by default)."""
+        from qvl_agent.engine.compiled_decode import compiled_decode_swap
+
+        if self.compiler is None:
+            self.compiler = (make_swap or compiled_decode_swap)(self).start()
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Block until the compiled decode step is in (True) or cannot be (False)."""
+        return self.compiler.wait(timeout) if self.compiler is not None else False
+
+    @property
+    def compile_status(self) -> str:
+        """How decode steps run: "eager", "plain graphs", "compiling i/n" or "compiled"."""
+        plain = "plain graphs" if self.fast is not None else "eager"
+        if self.compiler is None:
+            return plain
+        status = self.compiler.status
+        return f"{plain} ({status})" if self.compiler.error else status
 
     @classmethod
     def load(cls, model_id: str, device: str = "auto", settings: Settings | None = None) -> Qwen3VLEngine:

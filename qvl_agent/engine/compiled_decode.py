@@ -1,0 +1,153 @@
+"""A `torch.compile`d decode step, built in the background and swapped in between turns.
+
+The plain CUDA graphs (`cuda_graphs.py`) replay transformers' eager kernels: ~7 ms a token on an H200.
+Compiling the same step fuses norms, RoPE and the small ops around attention, ~3.5 ms a token, but costs
+~50 s per KV view cold (~8 s from inductor's on-disk cache). So serving starts at once on the plain graphs
+and `BackgroundSwap` builds the compiled step on a thread:
+
+- `prepare(item)` runs outside the engine's lock: compiling, against a scratch KV slot of the same layout,
+  so that the slot a conversation is using is never written;
+- `install(item, prepared)` runs under the engine's lock, i.e. between turns: it captures the compiled
+  step in a CUDA graph over the real slot and replaces that view's plain decode graph.
+
+A failure leaves the plain graphs that are already there, and `status` says why. `cache_dir` keys the
+inductor cache by everything that changes the generated code, so a second start reuses it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+COMPILED = "compiled"
+
+
+def cache_key(config_json: str, shapes: Sequence[int], torch_version: str, gpu: str) -> str:
+    """A short hash of what the compiled code depends on: model config, shapes, torch and the GPU."""
+    material = json.dumps([config_json, list(shapes), torch_version, gpu])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def cache_dir(key: str) -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("qvl-agent", appauthor=False)) / "compile" / key
+
+
+def use_cache_dir(key: str) -> str:
+    """Point inductor's on-disk caches (FX graph and kernels) at the folder for `key`, unless the person
+    chose one with TORCHINDUCTOR_CACHE_DIR. Returns the folder in use."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # Torch writes its default into the variable the first time it asks; that is not the person's choice.
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    if not chosen or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
+        path = cache_dir(key)
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    import torch._inductor.config as inductor_config
+
+    inductor_config.fx_graph_cache = True
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
+class BackgroundSwap:
+    """Prepare replacements for `items` on a thread and install each under `lock` (between turns)."""
+
+    def __init__(self, lock, items: Sequence, prepare: Callable, install: Callable):
+        self.lock = lock
+        self.items = list(items)
+        self.prepare = prepare
+        self.install = install
+        self.done = 0
+        self.error = ""
+        self.seconds = 0.0  # from start to the last install (or the failure)
+        self._finished = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="qvl-compile", daemon=True)
+
+    def start(self) -> BackgroundSwap:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                for item in self.items:
+                    prepared = self.prepare(item)
+                    with self.lock:
+                        self.install(item, prepared)
+                    self.done += 1
+        except Exception as exc:  # the plain graphs keep serving; the status says why
+            self.error = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            self.seconds = time.perf_counter() - t0
+            self._finished.set()
+
+    @property
+    def status(self) -> str:
+        if self.error:
+            return f"compile failed after {self.done}/{len(self.items)}: {self.error}"
+        if self.done == len(self.items):
+            return COMPILED
+        return f"compiling {self.done}/{len(self.items)}"
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every item is installed or the build failed; True when all are installed."""
+        self._finished.wait(timeout)
+        return self._finished.is_set() and not self.error
+
+
+def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
+    """The background build of a compiled decode step for every view of `engine.fast`'s KV slot,
+    shortest view first (most conversations are short)."""
+    from qvl_agent.engine.cuda_graphs import KVSlot
+
+    runner = engine.fast
+    slot = runner.slot
+    model = engine.model
+    gpu = torch.cuda.get_device_name(engine.device)
+    config = json.dumps(
+        {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}, sort_keys=True, default=str
+    )
+    use_cache_dir(cache_key(config, (slot.max_len, *slot.spans), torch.__version__, f"{gpu}|{engine.dtype}"))
+    # Same layout as the real slot (views are slices of `max_len`-long tensors), so the code compiled
+    # here passes its guards there and installing needs no second compile.
+    scratch = KVSlot(model, slot.max_len, engine.device, engine.dtype)
+
+    def forward(ids, pos, cache):
+        return model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True).logits
+
+    step = torch.compile(forward, mode=mode, fullgraph=False)
+    device = engine.device
+
+    def prepare(span: int) -> None:
+        ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+        pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
+        for _ in range(2):
+            scratch.set_length(0)
+            step(ids, pos, scratch.views[span])
+        torch.cuda.synchronize(device)
+        if span == slot.spans[-1]:
+            scratch.views.clear()
+            scratch.cache = None  # the scratch slot's memory goes back before the last install
+
+    def install(span: int, _prepared) -> None:
+        ids = torch.zeros(1, 1, dtype=torch.long, device=device)
+        pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
+        length, cache = slot.length, slot.views[span]
+        # The capture's warm-up writes slot position 0: the next turn reloads its session's KV.
+        slot.owner = None
+        graph, logits = runner._capture(lambda: step(ids, pos, cache), thread_local=True)
+        slot.set_length(length)
+        torch.cuda.synchronize(device)
+        runner.decode[span] = (graph, ids, pos, logits)
+
+    return BackgroundSwap(engine.lock, slot.spans, prepare, install)
