@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from tests.pages.server import PageServer
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Chromium at /usr/bin/chromium"),
+    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 
