@@ -15,7 +15,6 @@ import pytest
 from qvl_agent.trace import read_trace
 from tests.conftest import run_cli
 from tests.pages.helpers import (
-    CHROMIUM,
     ENV,
     browse,
     call,
@@ -30,7 +29,6 @@ from tests.pages.server import PageServer
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 

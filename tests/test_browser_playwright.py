@@ -15,7 +15,6 @@ from tests.support.paths import path_without
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 SCRIPT = """```python

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.pages.helpers import CHROMIUM, browse, call, click_at, exported, measure_along, replay_script
+from tests.pages.helpers import browse, call, click_at, exported, measure_along, replay_script
 from tests.pages.server import PageServer
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 

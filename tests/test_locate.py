@@ -11,7 +11,6 @@ from tests.pages.server import PageServer
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)"),
 ]
 
 

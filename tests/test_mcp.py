@@ -247,7 +247,6 @@ def test_http_without_allow_actions_refuses_auto_and_keeps_serving(x_display, tm
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not CHROMIUM, reason="needs Chromium (scripts/setup installs it)")
 def test_browse_returns_the_outcome_and_the_exported_script(x_display, tmp_path):
     pages = PageServer().start()
     try:
