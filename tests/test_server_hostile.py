@@ -152,20 +152,28 @@ def test_images_are_decoded_only_once_the_queue_admits_the_request(monkeypatch):
     decoded: list[str] = []
     real = images_module.load_image_bytes
     monkeypatch.setattr(images_module, "load_image_bytes", lambda data, **kw: decoded.append("x") or real(data, **kw))
-    engine = EchoEngine(delay_s=0.3)
+    engine = EchoEngine()
+    engine.gate = threading.Event()  # the first request holds the engine until the probe was refused
     with serve(engine, max_queue=1) as url:
         slow = {"messages": [user("one two three four five six")]}
         busy = [threading.Thread(target=post, args=(url, slow), daemon=True) for _ in range(2)]
         for t in busy:
             t.start()
-        deadline = time.monotonic() + 10
-        while httpx.get(url + "/health").json()["queue_depth"] < 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # one held on the engine, one waiting: a state that stays put
+            health = httpx.get(url + "/health").json()
+            if health["running"] == 1 and health["queue_depth"] == 1:
+                break
             time.sleep(0.02)
-        r = post(url, {"messages": [user("x", png_url(300, 300, (1, 2, 3)))]})
+        try:
+            r = post(url, {"messages": [user("x", png_url(300, 300, (1, 2, 3)))]})
+        finally:
+            engine.gate.set()
         assert r.status_code == 429
         assert decoded == []  # refused at the door: its image was never decoded
         for t in busy:
             t.join(30)
+        responsive(url)
 
 
 def test_a_client_that_leaves_during_prefill_frees_the_engine_and_the_next_request_runs():

@@ -31,12 +31,14 @@ class WordTokenizer:
 
 class EchoEngine(Engine):
     """`delay_s` per word; `prefill_s` before the first word, spent in short slices that each check for
-    cancellation, as the local engine's chunked prefill does."""
+    cancellation, as the local engine's chunked prefill does. While `gate` is an unset Event, every
+    generation waits before its first word: a test holds the engine busy for exactly as long as it needs."""
 
     def __init__(self, delay_s: float = 0.0, name: str = "echo", prefill_s: float = 0.0):
         self.name = name
         self.delay_s = delay_s
         self.prefill_s = prefill_s
+        self.gate: threading.Event | None = None
         self.tokenizer = WordTokenizer()
         self.sessions: list[EchoSession] = []
         self.cancelled: list[str] = []  # texts whose generation was cancelled
@@ -77,6 +79,9 @@ class EchoSession(Session):
                 if self.cancelled:
                     raise GenerationCancelled("The answer was stopped during prefill.")
                 time.sleep(0.02)
+            while engine.gate is not None and not engine.gate.wait(0.02):
+                if self.cancelled:
+                    raise GenerationCancelled("The answer was stopped while the engine was held.")
             for i, word in enumerate(words):
                 if self.cancelled:
                     raise GenerationCancelled("The answer was stopped.")
