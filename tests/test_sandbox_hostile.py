@@ -5,6 +5,7 @@ served on 127.0.0.1 still verify: the target's own port must be reachable while 
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -374,3 +375,39 @@ def test_the_sandbox_runs_as_a_separate_python(server):
     # Sanity for the rest: the interpreter inside is this one, so the scripts above ran what they say.
     result = run(HEADER + "print(sys.version)\n", server)
     assert result.returncode == 0 and sys.version.split()[0] in result.output
+
+
+def test_a_python_installed_under_tmp_runs_inside_and_the_rest_of_tmp_stays_hidden(server, canary, tmp_path):
+    # The sandbox mounts its own /tmp; a person's Python environment under the host's /tmp must still be
+    # visible inside (bound after that mount), and nothing else of the host's /tmp with it.
+    import site
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    packages = next(venv.glob("lib/python*/site-packages"))
+    (packages / "parent.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    inside = (
+        "import sys\nprint(sys.prefix)\n"
+        f"try:\n    print(open({str(canary)!r}).read())\n"
+        "except OSError as exc:\n    print('unreadable', type(exc).__name__)\n"
+    )
+    runner = (
+        "import json, sys\n"
+        "from qvl_agent.playwright import sandbox\n"
+        "url, browser, source = sys.argv[1:]\n"
+        "r = sandbox.run_sandboxed(source, url=url, browser=browser, timeout_s=60, default_timeout_ms=5000)\n"
+        "print(json.dumps([r.returncode, r.output]))\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", runner, server.url + "/login.html", BROWSER, inside],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    returncode, output = json.loads(done.stdout.splitlines()[-1])
+    assert returncode == 0, output
+    assert str(venv) in output  # the interpreter inside is the one under /tmp
+    assert canary.read_text() not in output and "unreadable" in output

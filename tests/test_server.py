@@ -193,7 +193,8 @@ def test_too_many_at_once_get_429_with_retry_after():
         async def burst():
             async with httpx.AsyncClient(timeout=60, headers=AUTH) as client:
                 body = {"messages": [user("a slow question with many words in it")]}
-                pending = {asyncio.ensure_future(client.post(url + "/v1/chat/completions", json=body)) for _ in range(10)}
+                chat = url + "/v1/chat/completions"
+                pending = {asyncio.ensure_future(client.post(chat, json=body)) for _ in range(10)}
                 tasks = set(pending)
                 answered = 0
                 while answered < 7 and pending:  # one running and two waiting: the other seven are refused

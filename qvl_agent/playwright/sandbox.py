@@ -135,8 +135,6 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
         command = [
             shutil.which("bwrap") or "bwrap",
             *_system_binds(),
-            *_python_and_browser_binds(browser),
-            *binds,
             "--unshare-all",
             "--unshare-user",
             "--uid",
@@ -160,6 +158,9 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             str(TMPFS_BYTES),
             "--tmpfs",
             "/dev/shm",
+            # After the tmpfs mounts, which would otherwise hide a Python, browser or page under /tmp.
+            *_python_and_browser_binds(browser),
+            *binds,
             "--bind",
             str(scratch),
             "/scratch",
