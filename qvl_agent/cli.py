@@ -28,7 +28,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """--model and --engine, shared by every command that talks to a model."""
     parser.add_argument("--model", help="model id or local directory (default: Qwen/Qwen3-VL-2B-Instruct)")
     parser.add_argument("--engine", help="local (default), replay:FILE or openai:URL")
-    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--device", help=f"{config.DEVICES} (default: auto)")
     parser.add_argument("--api-key", help="key for --engine openai:URL (default: $QVL_API_KEY)")
 
 
