@@ -28,8 +28,34 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """--model and --engine, shared by every command that talks to a model."""
     parser.add_argument("--model", help="model id or local directory (default: Qwen/Qwen3-VL-2B-Instruct)")
     parser.add_argument("--engine", help="local (default), replay:FILE or openai:URL")
-    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--device", help=f"{config.DEVICES} (default: auto)")
     parser.add_argument("--api-key", help="key for --engine openai:URL (default: $QVL_API_KEY)")
+
+
+def add_image_args(parser: argparse.ArgumentParser) -> None:
+    """--image PATH or --screen (one of them is required) and --monitor N, shared by ask and locate."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--image", metavar="PATH", help="an image file (PNG, JPEG, WebP, ...)")
+    source.add_argument("--screen", action="store_true", help="capture the screen now")
+    parser.add_argument("--monitor", type=int, metavar="N", help="with --screen: monitor N (1 = first, 0 = all)")
+
+
+def image_from_args(args: argparse.Namespace):
+    """The screenshot that --image or --screen names. Callers read it before loading a model, so bad
+    input fails in milliseconds."""
+    from qvl_agent import capture, image
+
+    if args.monitor is not None and not args.screen:
+        raise UsageError("--monitor only applies with --screen.")
+    return capture.grab(monitor=args.monitor) if args.screen else image.load_image(args.image)
+
+
+def check_url(url: str) -> str:
+    """The --url of a browser command, which must be a web page or a local file."""
+    url = url.strip()
+    if not url.startswith(("http://", "https://", "file://")):
+        raise UsageError(f"--url must start with http://, https:// or file://, not {url!r}.")
+    return url
 
 
 def add_secret_args(parser: argparse.ArgumentParser) -> None:

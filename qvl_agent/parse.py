@@ -7,8 +7,9 @@ slips whose meaning is unambiguous: trailing commas, single quotes, Python liter
 missing or an extra closing brace. Anything else raises `ParseError` with one sentence naming what was
 wrong; the agent shows that sentence to the model.
 
-A pure function of the text: no I/O, and nothing imported beyond the standard library and the grid size
-from `image.py` (where coordinates become pixels). `code_blocks` is the one ``` fence reader.
+A pure function of the text: no I/O, and nothing imported beyond the standard library, the action types,
+the error tree and the grid size from `image.py` (where coordinates become pixels). `code_blocks` is the
+one ``` fence reader.
 """
 
 from __future__ import annotations

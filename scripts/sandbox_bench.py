@@ -13,8 +13,8 @@ import threading
 import time
 from pathlib import Path
 
-from qvl_agent.act.browser import find_browser
 from qvl_agent.playwright import sandbox, scripts
+from qvl_agent.playwright.chromium import find_browser
 
 PAGES = Path(__file__).resolve().parent.parent / "tests" / "pages"
 

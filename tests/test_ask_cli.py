@@ -57,6 +57,23 @@ def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
     assert r.stdout.startswith(alone.stdout) and len(r.stdout) > len(alone.stdout)
 
 
+def test_stats_report_drafted_tokens_and_QVL_SPECULATE_0_turns_drafting_off(tiny_model_dir, shot_png):
+    def ask(speculate: str):
+        r = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--stats", "--max-new-tokens",
+                    "40", "What is this?", "What is this?", "And again?", env={"QVL_SPECULATE": speculate})  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stdout, [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+
+    fast, on = ask("1")
+    plain, off = ask("0")
+    assert fast == plain and fast.strip()  # drafting changes how many forwards run, never the answer
+    assert len(on) == len(off) == 3
+    assert all(0 <= s["draft_accepted"] < s["decode_tokens"] for s in on)
+    assert sum(s["draft_accepted"] for s in on) > 0  # the repeated question's answer was drafted
+    assert [s["draft_accepted"] for s in off] == [0, 0, 0]
+    assert [s["decode_tokens"] for s in on] == [s["decode_tokens"] for s in off]
+
+
 def test_replay_engine_streams_recorded_replies_then_says_it_ran_out(tmp_path, shot_png):
     replies = tmp_path / "replies.json"
     replies.write_text(json.dumps(["It is a settings dialog.", "The title is Preferences."]))
@@ -113,6 +130,11 @@ def test_bad_image_exits_2_with_one_sentence(bad_inputs, case, tiny_model_dir):
 def test_empty_question_exits_2(shot_png, tiny_model_dir):
     r = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "   ")
     assert r.returncode == 2 and "question is empty" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_monitor_without_screen_exits_2(shot_png):
+    r = run_cli("ask", "--engine", "replay:/nonexistent.json", "--image", str(shot_png), "--monitor", "1", "What?")
+    assert r.returncode == 2 and "--monitor only applies with --screen" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_screen_without_display_exits_2():

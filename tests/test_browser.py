@@ -269,6 +269,8 @@ def test_bad_usage_and_a_missing_browser_give_one_sentence(tmp_path, server):
     base = ["browse", "--engine", f"replay:{replay}"]
     bad_url = run_cli(*base, "--url", "login.html", "Sign in", env=ENV)
     assert bad_url.returncode == 2 and "--url must start with" in bad_url.stderr
+    script = run_cli("playwright", "--engine", f"replay:{replay}", "--url", "ftp://host/", "Sign in", env=ENV)
+    assert script.returncode == 2 and "--url must start with" in script.stderr and "ftp://host/" in script.stderr
     bad_viewport = run_cli(*base, "--url", url, "--viewport", "big", "Sign in", env=ENV)
     assert bad_viewport.returncode == 2 and "WIDTHxHEIGHT" in bad_viewport.stderr
     no_browser = run_cli(

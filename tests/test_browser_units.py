@@ -6,6 +6,7 @@ import pytest
 
 from qvl_agent.act import browser as B
 from qvl_agent.errors import ActionError, BrowserError, UsageError
+from qvl_agent.playwright import chromium
 
 
 @pytest.mark.parametrize(
@@ -46,17 +47,17 @@ def test_the_browser_comes_from_the_flag_then_the_setting_then_playwright_then_t
     for exe in (flag, setting, bundled):
         exe.write_text("#!/bin/sh\n")
         exe.chmod(0o755)
-    assert B.find_browser(str(flag), str(setting), str(bundled)) == str(flag)
-    assert B.find_browser(None, str(setting), str(bundled)) == str(setting)
-    assert B.find_browser(None, "", str(bundled)) == str(bundled)
-    monkeypatch.setattr(B, "SYSTEM_CHROMIUMS", (str(tmp_path / "none"), str(setting)))
-    assert B.find_browser(None, "", str(tmp_path / "not-installed")) == str(setting)
+    assert chromium.find_browser(str(flag), str(setting), str(bundled)) == str(flag)
+    assert chromium.find_browser(None, str(setting), str(bundled)) == str(setting)
+    assert chromium.find_browser(None, "", str(bundled)) == str(bundled)
+    monkeypatch.setattr(chromium, "SYSTEM_CHROMIUMS", (str(tmp_path / "none"), str(setting)))
+    assert chromium.find_browser(None, "", str(tmp_path / "not-installed")) == str(setting)
     with pytest.raises(BrowserError, match="given by --browser does not exist"):
-        B.find_browser(str(tmp_path / "missing"), str(setting))
-    monkeypatch.setattr(B, "SYSTEM_CHROMIUMS", (str(tmp_path / "none"),))
+        chromium.find_browser(str(tmp_path / "missing"), str(setting))
+    monkeypatch.setattr(chromium, "SYSTEM_CHROMIUMS", (str(tmp_path / "none"),))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     with pytest.raises(BrowserError, match="No Chromium was found"):
-        B.find_browser(None, "", None)
+        chromium.find_browser(None, "", None)
 
 
 @pytest.mark.parametrize("key", ["\n", "\t", "\x1b"])

@@ -41,7 +41,7 @@ def served(tiny_model_dir, tmp_path_factory):
 def page():
     from playwright.sync_api import sync_playwright
 
-    from qvl_agent.act.browser import find_browser
+    from qvl_agent.playwright.chromium import find_browser
 
     with sync_playwright() as p:
         executable = find_browser(playwright_default=p.chromium.executable_path)

@@ -6,6 +6,7 @@ compiled CUDA step itself is checked on a GPU by `scripts/gpu_check.py`."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 
 import pytest
@@ -96,16 +97,26 @@ def test_a_failed_build_keeps_the_current_path_and_says_why(engine):
     assert log["calls"] == 0
 
 
-def test_the_compile_cache_is_keyed_by_model_shapes_torch_and_gpu():
-    base = cache_key('{"hidden_size": 2048}', (16384, 2048), "2.11.0", "NVIDIA H200|torch.bfloat16")
-    assert base == cache_key('{"hidden_size": 2048}', (16384, 2048), "2.11.0", "NVIDIA H200|torch.bfloat16")
-    others = {
-        cache_key('{"hidden_size": 1024}', (16384, 2048), "2.11.0", "NVIDIA H200|torch.bfloat16"),
-        cache_key('{"hidden_size": 2048}', (8192, 2048), "2.11.0", "NVIDIA H200|torch.bfloat16"),
-        cache_key('{"hidden_size": 2048}', (16384, 2048), "2.12.0", "NVIDIA H200|torch.bfloat16"),
-        cache_key('{"hidden_size": 2048}', (16384, 2048), "2.11.0", "NVIDIA H100|torch.bfloat16"),
-    }
-    assert base not in others and len(others) == 4
+def test_the_compile_cache_is_keyed_by_model_config_shapes_torch_gpu_and_dtype(tiny_model_dir, tmp_path):
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(tiny_model_dir).to_dict()
+    shapes, torch_version, gpu, dtype = (4096, 512, 1024, 2048, 4096), "2.14.1", "NVIDIA H200", "torch.bfloat16"
+    key = cache_key(config, shapes, torch_version, gpu, dtype)
+    # The same model from another folder compiles to the same code: its cache is shared.
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(tiny_model_dir, moved)
+    assert cache_key(AutoConfig.from_pretrained(moved).to_dict(), shapes, torch_version, gpu, dtype) == key
+    deeper = AutoConfig.from_pretrained(tiny_model_dir)
+    deeper.text_config.num_hidden_layers += 1
+    others = [
+        cache_key(deeper.to_dict(), shapes, torch_version, gpu, dtype),
+        cache_key(config, (8192, 512, 1024, 2048, 4096, 8192), torch_version, gpu, dtype),
+        cache_key(config, shapes, "2.15.0", gpu, dtype),
+        cache_key(config, shapes, torch_version, "NVIDIA GeForce RTX 4090", dtype),
+        cache_key(config, shapes, torch_version, gpu, "torch.float16"),
+    ]
+    assert key not in others and len(set(others)) == len(others)
 
 
 def test_the_compile_cache_folder_is_the_persons_when_they_chose_one(tmp_path, monkeypatch):

@@ -308,6 +308,27 @@ def test_a_forced_tool_call_is_drafted_from_its_skeleton_and_later_tokens_stay_g
     assert accepted >= 10  # the skeleton after <tool_call> needed no forward of its own
 
 
+def test_draft_accepted_counts_only_drafted_tokens_that_reach_the_reply(engine):
+    """A stop string can end the reply inside a run of verified drafts: the tokens after it were never
+    shown, so they are not counted as accepted either."""
+    shot = _shot(320, 240, 23)
+    reply = "The Save button is at the top left of the window, next to Open and Close."
+    forced = tuple(engine.tokenizer.encode(reply, add_special_tokens=False))
+    opts = GenerationOptions(max_new_tokens=len(forced), force_ids=forced)
+    session = engine.open_session([shot])
+    session.complete("Where is Save?", options=opts)
+    # Asked again, the same reply is found earlier in the conversation: drafted in long runs and kept.
+    assert session.complete("Where is Save?", options=opts) == reply
+    assert 0 < session.last_stats.draft_accepted < session.last_stats.decode_tokens == len(forced)
+    session = engine.open_session([shot])
+    session.complete("Where is Save?", options=opts)
+    cut = dataclasses.replace(opts, stop=("top",))
+    assert session.complete("Where is Save?", options=cut) == "The Save button is at the "
+    stats = session.last_stats
+    assert stats.decode_tokens < len(forced)
+    assert stats.draft_accepted == stats.decode_tokens - 1  # every token after the first, and no more
+
+
 def test_speculation_can_be_turned_off_in_settings():
     from qvl_agent.config import load
 

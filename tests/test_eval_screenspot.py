@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.act.browser import find_browser
+from qvl_agent.playwright.chromium import find_browser
 from tests.conftest import run_cli
 from tests.support.screenspot_oracle import GroundingOracle, serve
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.act.browser import find_browser
 from qvl_agent.playwright import sandbox
+from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.playwright.scripts import keep_files, verify_script
 from tests.pages.server import PageServer
 

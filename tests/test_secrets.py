@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from qvl_agent import actions as A
-from qvl_agent.act.browser import find_browser
 from qvl_agent.errors import ActionError, UsageError
+from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.playwright.secret_refs import read_from_environment
 from qvl_agent.secrets import Secrets, read_secrets
 from qvl_agent.trace import read_trace

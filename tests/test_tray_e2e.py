@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from qvl_agent.act.browser import find_browser
+from qvl_agent.playwright.chromium import find_browser
 from tests.support.tray import (
     Tray,
     centre,

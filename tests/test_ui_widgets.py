@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("pytestqt")
-
 
 @pytest.fixture(scope="session")
 def qapp_args():

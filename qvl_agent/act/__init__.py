@@ -1,5 +1,5 @@
 """Carrying out actions: the executor contract (`base`), the executors (`desktop` with pyautogui,
-`dry_run`, `recording`, and `browser` with Playwright) and the safety guard (`guard`).
+`dry_run`, and `browser` with Playwright), the safety guard (`guard`) and the key-name table (`keys`).
 
 Importing this package imports no GUI library: pyautogui, pynput and Playwright are imported lazily by
 the modules that need them, because importing them without a display raises.

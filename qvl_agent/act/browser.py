@@ -17,9 +17,7 @@ bound to the thread that started it: build, use and close an executor on one thr
 
 from __future__ import annotations
 
-import shutil
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
@@ -27,6 +25,7 @@ from qvl_agent.act.base import ActionResult
 from qvl_agent.act.keys import PLAYWRIGHT, canonical
 from qvl_agent.errors import ActionError, BrowserError, UsageError
 from qvl_agent.image import Screenshot, load_image_bytes, to_pixels
+from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 from qvl_agent.playwright.locate import (
     KEY_LISTENERS_JS,
@@ -39,16 +38,6 @@ from qvl_agent.playwright.locate import (
     to_playwright,
 )
 
-SYSTEM_CHROMIUMS = (
-    "chromium",
-    "chromium-browser",
-    "google-chrome",
-    "google-chrome-stable",
-    "/usr/bin/chromium",
-    "/snap/bin/chromium",
-    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
-    "/Applications/Chromium.app/Contents/MacOS/Chromium",
-)
 DEFAULT_VIEWPORT = (1280, 800)
 ACTION_TIMEOUT_MS = 10_000
 QUIET_MS = 250  # the DOM must be unchanged this long (and no request in flight) to count as settled
@@ -88,27 +77,6 @@ def parse_viewport(text: str) -> tuple[int, int]:
     if not (200 <= w <= 7680 and 200 <= h <= 4320):
         raise UsageError(f"The viewport {text} is out of range (200x200 to 7680x4320).")
     return w, h
-
-
-def find_browser(explicit: str | None = None, configured: str = "", playwright_default: str | None = None) -> str:
-    """The Chromium to launch: --browser PATH, then settings.browser (QVL_BROWSER), then Playwright's own
-    install, then a system Chromium. BrowserError when there is none."""
-    for path, origin in ((explicit, "--browser"), (configured, "QVL_BROWSER / the browser setting")):
-        if path:
-            found = shutil.which(path) or (path if Path(path).is_file() else None)
-            if not found:
-                raise BrowserError(f"The browser {path} given by {origin} does not exist or cannot be run.")
-            return found
-    if playwright_default and Path(playwright_default).is_file():
-        return playwright_default
-    for name in SYSTEM_CHROMIUMS:
-        found = shutil.which(name) or (name if Path(name).is_file() else None)
-        if found:
-            return found
-    raise BrowserError(
-        "No Chromium was found: pass --browser PATH, set QVL_BROWSER, run `playwright install chromium`, "
-        "or install a system Chromium."
-    )
 
 
 class BrowserExecutor:

@@ -10,9 +10,8 @@ import argparse
 import json
 import sys
 
-from qvl_agent import capture, image
 from qvl_agent.actions import printable
-from qvl_agent.cli import add_engine_args
+from qvl_agent.cli import add_engine_args, add_image_args, image_from_args
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import STATS_KEYS, GenerationOptions, open_engine
 from qvl_agent.errors import UsageError
@@ -21,10 +20,7 @@ from qvl_agent.errors import UsageError
 def register(sub) -> None:
     p = sub.add_parser("ask", help="ask about an image or the screen", description=__doc__.splitlines()[0])
     add_engine_args(p)
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--image", metavar="PATH", help="an image file (PNG, JPEG, WebP, ...)")
-    source.add_argument("--screen", action="store_true", help="capture the screen now")
-    p.add_argument("--monitor", type=int, metavar="N", help="with --screen: monitor N (1 = first, 0 = all)")
+    add_image_args(p)
     p.add_argument("--stats", action="store_true", help="one JSON object per turn on stderr")
     p.add_argument("--max-new-tokens", type=int, metavar="N", help="longest answer, in tokens")
     p.add_argument("--max-pixels", type=int, metavar="N", help="cap on the pixels the model sees")
@@ -36,12 +32,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     questions = [q.strip() for q in args.question]
     if not all(questions):
         raise UsageError('A question is empty: ask something, e.g. qvl-agent ask --image shot.png "What is this?"')
-    if args.monitor is not None and not args.screen:
-        raise UsageError("--monitor only applies with --screen.")
     settings = replace(settings, max_new_tokens=args.max_new_tokens, max_pixels=args.max_pixels)
-
-    # Read the image before loading a model: bad input should fail in milliseconds.
-    shot = capture.grab(monitor=args.monitor) if args.screen else image.load_image(args.image)
+    shot = image_from_args(args)
     options = GenerationOptions(max_new_tokens=settings.max_new_tokens)
     with open_engine(settings) as engine:
         if args.screen:  # a capture is encoded with the prompt before the question at once, where it can

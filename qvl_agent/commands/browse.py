@@ -25,6 +25,7 @@ from qvl_agent.agent import Agent
 from qvl_agent.cli import (
     add_engine_args,
     add_secret_args,
+    check_url,
     print_event,
     print_report,
     print_result,
@@ -59,13 +60,6 @@ def register(sub) -> None:
     p.set_defaults(func=browse)
 
 
-def _check_url(url: str) -> str:
-    url = url.strip()
-    if not url.startswith(("http://", "https://", "file://")):
-        raise UsageError(f"--url must start with http://, https:// or file://, not {url!r}.")
-    return url
-
-
 def _check_host(host: str) -> str:
     host = host.strip().lower().rstrip(".")
     if not host or "/" in host or ":" in host or " " in host:
@@ -78,7 +72,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.playwright.export import export_trace, write_browser_info
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
-    url = _check_url(args.url)
+    url = check_url(args.url)
     secrets = secrets_from_args(args)
     allowed = [_check_host(host) for host in args.allow_domain]
     viewport = parse_viewport(args.viewport)

@@ -215,8 +215,8 @@ def playwright_chromium() -> str | None:
 
 
 def check_browser(settings: Settings) -> Check:
-    from qvl_agent.act.browser import find_browser
     from qvl_agent.errors import BrowserError
+    from qvl_agent.playwright.chromium import find_browser
 
     try:
         found = find_browser(None, settings.browser, playwright_chromium())

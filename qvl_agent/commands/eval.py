@@ -79,7 +79,7 @@ def miniwob(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.episodes < 1:
         raise UsageError(f"--episodes must be at least 1, not {args.episodes}.")
-    from qvl_agent.act.browser import find_browser
+    from qvl_agent.playwright.chromium import find_browser
 
     tasks = mw.pick_tasks(args.tasks, mw.task_pages())
     find_browser(args.browser, settings.browser)  # no Chromium fails now, not once per episode

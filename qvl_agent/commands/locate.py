@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from qvl_agent import capture, image
-from qvl_agent.cli import add_engine_args
+from qvl_agent.cli import add_engine_args, add_image_args, image_from_args
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import open_engine
 from qvl_agent.errors import ParseError, TaskFailed, UsageError
@@ -23,10 +22,7 @@ from qvl_agent.grounding import locate
 def register(sub) -> None:
     p = sub.add_parser("locate", help="find something on an image or the screen", description=__doc__.splitlines()[0])
     add_engine_args(p)
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--image", metavar="FILE", help="an image file (PNG, JPEG, WebP, ...)")
-    source.add_argument("--screen", action="store_true", help="capture the screen now")
-    p.add_argument("--monitor", type=int, metavar="N", help="with --screen: monitor N (1 = first, 0 = all)")
+    add_image_args(p)
     p.add_argument("--json", action="store_true", help='one JSON object: {"x", "y", "model_x", "model_y", "ms"}')
     p.add_argument("--max-pixels", type=int, metavar="N", help="cap on the pixels the model sees")
     p.add_argument("description", nargs="+", metavar="DESCRIPTION", help='what to find, e.g. "the Save button"')
@@ -37,11 +33,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     description = " ".join(args.description).strip()
     if not description:
         raise UsageError('Say what to find, e.g. qvl-agent locate --screen "the Save button".')
-    if args.monitor is not None and not args.screen:
-        raise UsageError("--monitor only applies with --screen.")
     settings = replace(settings, max_pixels=args.max_pixels)
-    # Read the image before loading a model: bad input should fail in milliseconds.
-    shot = capture.grab(monitor=args.monitor) if args.screen else image.load_image(args.image)
+    shot = image_from_args(args)
     with open_engine(settings) as engine:
         try:
             point = locate(engine, shot, description)

@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from qvl_agent.cli import add_engine_args
+from qvl_agent.cli import add_engine_args, check_url
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import SandboxUnavailable, UsageError
@@ -55,8 +55,7 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
     task = " ".join(args.task).strip()
     if not task:
         raise UsageError("The task is empty: say what the script should do.")
-    if not args.url.startswith(("http://", "https://", "file://")):
-        raise UsageError(f"--url must start with http://, https:// or file://, not {args.url!r}.")
+    url = check_url(args.url)
     if not 1 <= args.attempts <= 10:
         raise UsageError(f"--attempts must be from 1 to 10, not {args.attempts}.")
     if args.timeout <= 0:
@@ -80,7 +79,7 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"Cannot write the script to {output}: the folder {output.parent} does not exist.")
 
     # Look at the page once, then close that browser: verification uses a fresh one for every script.
-    executor = BrowserExecutor(args.url, browser=args.browser, configured_browser=settings.browser, viewport=viewport)
+    executor = BrowserExecutor(url, browser=args.browser, configured_browser=settings.browser, viewport=viewport)
     try:
         shot = executor.observe()
         snapshot = executor.aria_snapshot()
@@ -92,7 +91,7 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         outcome = write_script(
             engine,
             shot,
-            url=args.url,
+            url=url,
             task=task,
             snapshot=snapshot,
             viewport=viewport,

@@ -29,9 +29,11 @@ import torch
 COMPILED = "compiled"
 
 
-def cache_key(config_json: str, shapes: Sequence[int], torch_version: str, gpu: str) -> str:
-    """A short hash of what the compiled code depends on: model config, shapes, torch and the GPU."""
-    material = json.dumps([config_json, list(shapes), torch_version, gpu])
+def cache_key(config: dict, shapes: Sequence[int], torch_version: str, gpu: str, dtype: str) -> str:
+    """A short hash of what the compiled code depends on: the model's config (`config.to_dict()`; where
+    it was loaded from does not count), the KV shapes, torch, the GPU and the dtype."""
+    config = {k: v for k, v in config.items() if k != "_name_or_path"}
+    material = json.dumps([config, list(shapes), torch_version, gpu, dtype], sort_keys=True, default=str)
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
@@ -114,10 +116,8 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     slot = runner.slot
     model = engine.model
     gpu = torch.cuda.get_device_name(engine.device)
-    config = json.dumps(
-        {k: v for k, v in model.config.to_dict().items() if k != "_name_or_path"}, sort_keys=True, default=str
-    )
-    use_cache_dir(cache_key(config, (slot.max_len, *slot.spans), torch.__version__, f"{gpu}|{engine.dtype}"))
+    shapes = (slot.max_len, *slot.spans)
+    use_cache_dir(cache_key(model.config.to_dict(), shapes, torch.__version__, gpu, str(engine.dtype)))
     # Same layout as the real slot (views are slices of `max_len`-long tensors), so the code compiled
     # here passes its guards there and installing needs no second compile.
     scratch = KVSlot(model, slot.max_len, engine.device, engine.dtype)

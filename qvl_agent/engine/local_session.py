@@ -256,10 +256,12 @@ class LocalSession(Session):
             decode_start = time.perf_counter()
             try:
                 chosen = self._choices(logits, 0, options, generated)
+                m = 0  # how many of `chosen` are verified drafts (all but its last)
                 while True:
                     done = False
-                    for token_id in chosen:
+                    for j, token_id in enumerate(chosen):
                         generated.append(token_id)
+                        accepted += j < m  # only drafts that made it into the reply count
                         if ttft is None:
                             ttft = (time.perf_counter() - start) * 1000
                             decode_start = time.perf_counter()
@@ -285,7 +287,6 @@ class LocalSession(Session):
                     picks = self._choices(logits, len(generated), options, generated)
                     m = accepted_count(drafts, picks)
                     self.kv.trim(len(target.ids) + len(generated) + m)  # rejected drafts leave the KV
-                    accepted += m
                     chosen = drafts[:m] + [picks[m]]
                 tail = stream.flush()
                 if tail:

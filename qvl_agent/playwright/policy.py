@@ -16,7 +16,8 @@ that import everywhere in the script: binding it to anything else, anywhere, is 
 This is a lint, not the wall: it gives the model fast, clear reasons. What a script that slips through can
 reach is decided by the operating system sandbox it is verified in (`sandbox.py`). The policy is
 deliberately conservative: a script that a person wrote by hand may well be refused. It works on the
-syntax tree only; it never imports or runs the script.
+syntax tree only; it never imports or runs the script. The rules on which browser a script may launch and
+with which flags are `policy_launch.py`'s; the lists the rules name are `policy_rules.py`'s.
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from dataclasses import dataclass
 
 from qvl_agent.errors import InputError
 from qvl_agent.playwright.bindings import Bindings
+from qvl_agent.playwright.policy_launch import LaunchRules
 from qvl_agent.playwright.policy_rules import (
     ALLOWED_MODULES,
-    BROWSER_VARIABLE,
     DANGEROUS_FLAG_PARTS,
     FORBIDDEN_ATTRIBUTES,
     FORBIDDEN_KEYWORDS,
@@ -37,7 +38,6 @@ from qvl_agent.playwright.policy_rules import (
     NOT_FROM_IMPORTABLE,
     PARSER_KEYWORDS,
     REQUEST_METHODS,
-    SAFE_BROWSER_ARGS,
 )
 
 
@@ -60,6 +60,7 @@ class Verdict:
 class _Checker(ast.NodeVisitor):
     def __init__(self, names: Bindings) -> None:
         self.names = names
+        self.launch = LaunchRules(names, self.fail)
         # local name -> the module it is bound to, known before the walk: a use above the import, in a
         # function or a loop, is checked like any other.
         self.module_aliases: dict[str, str] = {
@@ -204,13 +205,9 @@ class _Checker(ast.NodeVisitor):
                     why = "only screenshot(path=...) and pdf(path=...) may write, to a relative path such as 'shot.png'"
                 self.fail(node, f"the argument {kw.arg}= is not allowed ({why})")
             if kw.arg == "args":
-                self._check_browser_args(node, kw.value)
-            if kw.arg == "executable_path" and not self._browser_source(kw.value, set()):
-                self.fail(
-                    node,
-                    "executable_path must come from --browser or QVL_BROWSER: os.environ['QVL_BROWSER'], "
-                    "os.environ.get('QVL_BROWSER'), os.getenv('QVL_BROWSER'), the parsed --browser argument or None",
-                )
+                self.launch.check_args(node, kw.value)
+            if kw.arg == "executable_path":
+                self.launch.check_executable_path(node, kw.value)
             if kw.arg == "dest" and not (isinstance(kw.value, ast.Constant) and kw.value.value != "browser"):
                 self.fail(node, "dest= may only be a fixed name other than browser")
         func = node.func
@@ -218,7 +215,7 @@ class _Checker(ast.NodeVisitor):
             if any(kw.arg == "browser" for kw in node.keywords):
                 self.fail(node, "set_defaults(browser=...) is not allowed: the browser comes from QVL_BROWSER")
         if isinstance(func, ast.Attribute) and func.attr == "add_argument":
-            self._check_add_argument(node)
+            self.launch.check_add_argument(node)
         if self.names.is_member(func, "argparse", "ArgumentParser"):
             # Positional arguments reach fromfile_prefix_chars (an @file reader) and parents.
             if node.args or any(kw.arg not in PARSER_KEYWORDS for kw in node.keywords):
@@ -277,118 +274,12 @@ class _Checker(ast.NodeVisitor):
                 self.fail(node, "powers are allowed only with a literal exponent up to 64")
         self.generic_visit(node)
 
-    def _check_browser_args(self, node: ast.Call, value: ast.expr) -> None:
-        # Flags such as --renderer-cmd-prefix make Chromium run any program: only known-safe ones pass. A name
-        # counts only when bound once to such a list and read nowhere but as args= of a .launch() call, with
-        # no `launch` of the script's own: then no dict, parameter or alias can reach the list to change it.
-        if isinstance(value, ast.Name):
-            bound = self.names.value(value.id)
-            loads = self.names.loads.get(value.id, [])
-            only_launch = all(self._is_launch_args(load) for load in loads)
-            if bound is not None and _is_safe_arg_list(bound) and only_launch and not self._own_launch():
-                return
-        elif _is_safe_arg_list(value):
-            return
-        allowed = " ".join(SAFE_BROWSER_ARGS)
-        self.fail(
-            node,
-            "args= may only be a literal list of these browser flags, or a name set once to one and used "
-            f"nowhere but as launch(args=...): {allowed}",
-        )
-
-    def _is_launch_args(self, load: ast.Name) -> bool:
-        kw = self.names.parents.get(load)
-        call = self.names.parents.get(kw) if isinstance(kw, ast.keyword) else None
-        return (
-            isinstance(kw, ast.keyword)
-            and kw.arg == "args"
-            and isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "launch"
-        )
-
-    def _own_launch(self) -> bool:
-        """Whether the script defines a `launch` of its own, which a launch(args=NAME) call could reach."""
-        if "launch" in self.names.bound:
-            return True
-        return any(
-            isinstance(node, ast.Attribute) and node.attr == "launch" and not isinstance(node.ctx, ast.Load)
-            for node in self.names.parents
-        )
-
-    def _check_add_argument(self, node: ast.Call) -> None:
-        if not all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):
-            self.fail(node, "add_argument() takes plain option names such as '--url'")
-        dests = {a.value.lstrip("-").replace("-", "_") for a in node.args}
-        if "browser" not in dests:
-            return
-        for kw in node.keywords:
-            if kw.arg not in ("default", "help", "metavar", "required"):
-                self.fail(node, f"the --browser argument may not set {kw.arg}=")
-            if kw.arg == "default" and not self._browser_source(kw.value, set()):
-                self.fail(node, "the --browser argument's default may only be os.environ.get(...) or None")
-
-    def _browser_source(self, value: ast.expr, seen: set[str]) -> bool:
-        """Whether `value` is a browser path the person chose: the environment, --browser, or None."""
-        names = self.names
-        if isinstance(value, ast.Constant):
-            return value.value is None
-        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):
-            return all(self._browser_source(v, seen) for v in value.values)
-        if isinstance(value, ast.Subscript):
-            return names.is_member(value.value, "os", "environ") and _is_browser_variable(value.slice)
-        if isinstance(value, ast.Call):
-            func = value.func
-            reader = names.is_member(func, "os", "getenv") or (
-                isinstance(func, ast.Attribute) and func.attr == "get" and names.is_member(func.value, "os", "environ")
-            )
-            return (
-                reader
-                and not value.keywords
-                and 1 <= len(value.args) <= 2
-                and _is_browser_variable(value.args[0])
-                and all(self._browser_source(a, seen) for a in value.args[1:])
-            )
-        if isinstance(value, ast.Attribute) and value.attr == "browser" and isinstance(value.value, ast.Name):
-            return self._is_parsed_arguments(value.value.id)
-        if isinstance(value, ast.Name) and value.id not in seen:
-            bound = names.value(value.id)
-            return bound is not None and self._browser_source(bound, seen | {value.id})
-        return False
-
-    def _is_parsed_arguments(self, name: str) -> bool:
-        """`name = parser.parse_args()`, bound once, with `parser = argparse.ArgumentParser(...)` bound once,
-        neither passed on nor written through (so --browser holds what the command line or default says)."""
-        names = self.names
-        call = names.value(name)
-        if not (
-            isinstance(call, ast.Call)
-            and not call.args
-            and not call.keywords
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "parse_args"
-            and isinstance(call.func.value, ast.Name)
-        ):
-            return False
-        parser = call.func.value.id
-        made = names.value(parser)
-        return (
-            isinstance(made, ast.Call)
-            and names.is_member(made.func, "argparse", "ArgumentParser")
-            and names.only_attribute_loads(parser)
-            and names.only_attribute_loads(name)
-        )
-
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
         self.fail(node, "async code is not allowed; use Playwright's sync API")
 
 
 def _is_str(node: ast.expr) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str)
-
-
-def _is_browser_variable(node: ast.expr) -> bool:
-    return isinstance(node, ast.Constant) and node.value == BROWSER_VARIABLE
 
 
 def _is_relative_inside(path: str) -> bool:
@@ -424,12 +315,6 @@ def _plain_annotation(node: ast.expr) -> bool:
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         return _plain_annotation(node.left) and _plain_annotation(node.right)
     return False
-
-
-def _is_safe_arg_list(value: ast.expr) -> bool:
-    return isinstance(value, ast.List | ast.Tuple) and all(
-        isinstance(item, ast.Constant) and item.value in SAFE_BROWSER_ARGS for item in value.elts
-    )
 
 
 def _allowed_list() -> str:

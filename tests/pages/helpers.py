@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from qvl_agent.act.browser import find_browser
 from qvl_agent.errors import BrowserError
+from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
 from qvl_agent.playwright.policy import check_script
 from tests.conftest import run_cli
