@@ -202,3 +202,35 @@ def test_verify_refuses_without_bubblewrap_unless_told_to_run_unsafely(tmp_path,
     assert unsafe.returncode == 0, unsafe.stderr
     assert "warning" in unsafe.stderr and "your own rights" in unsafe.stderr
     assert (tmp_path / "login.png").exists()
+
+
+HOSTILE_OUTPUT = """```python
+from playwright.sync_api import sync_playwright
+print("\\x1b[2J\\x1b]0;pwned\\x07\\x1b]52;c;cm0gLXJmIH4=\\x07 cleared")
+raise SystemExit(3)
+```"""
+
+HOSTILE_NAME = """```python
+import os
+from playwright.sync_api import sync_playwright
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ.get("QVL_BROWSER") or None)
+    page = browser.new_page()
+    page.screenshot(path="shot\x1b[8m\x1b]52;c;cm0gLXJmIH4=\x07.png")
+    browser.close()
+```"""
+
+
+def test_a_scripts_output_and_file_names_never_reach_the_terminal_as_control_sequences(tmp_path, server):
+    replay = write_replay(tmp_path / "replies.json", [HOSTILE_OUTPUT, HOSTILE_NAME])
+    out = tmp_path / "hostile.py"
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "--attempts", "2", "-o", str(out), "Do it",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "\\x1b]0;pwned" in result.stderr and "cleared" in result.stderr  # shown, escaped
+    assert "kept " in result.stderr and "shot\\x1b[8m" in result.stderr
