@@ -53,6 +53,15 @@ def run(replies, mode="auto", executor=None, trace=None, **guard_kw):
         ["cmd", "shift", "q"],
         ["ctrl", "alt", "l"],
         ["ctrl", "alt", "esc"],  # the emergency stop chord itself
+        # pyautogui's one-sided modifier names, and its Sleep key
+        ["ctrlleft", "altleft", "f1"],
+        ["ctrlright", "altright", "delete"],
+        ["ctrlleft", "optionright", "backspace"],
+        ["winleft"],
+        ["winright", "l"],
+        ["winleft", "shiftleft", "q"],
+        ["ctrlleft", "altright", "esc"],
+        ["sleep"],
     ],
 )
 def test_system_key_combinations_are_asked_about_even_in_auto_mode_and_a_no_goes_to_the_model(keys):
@@ -75,7 +84,16 @@ def test_a_yes_presses_it_and_allow_keys_presses_it_without_asking():
 
 def test_ordinary_chords_run_in_auto_mode_without_a_question():
     asked = []
-    keys = [["ctrl", "c"], ["alt", "tab"], ["ctrl", "alt", "t"], ["shift", "f10"], ["enter"], ["ctrl", "l"]]
+    keys = [
+        ["ctrl", "c"],
+        ["alt", "tab"],
+        ["ctrl", "alt", "t"],
+        ["shift", "f10"],
+        ["enter"],
+        ["ctrl", "l"],
+        ["ctrlleft", "c"],
+        ["shiftright", "tab"],
+    ]
     _, _, ex = run([call(action="key", keys=k) for k in keys], confirm=lambda a, p, s: asked.append(a) or False)
     assert asked == [] and len(ex.actions) == len(keys)
     assert all(system_chord(tuple(k)) == "" for k in keys)
