@@ -234,3 +234,36 @@ def test_a_scripts_output_and_file_names_never_reach_the_terminal_as_control_seq
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "\\x1b]0;pwned" in result.stderr and "cleared" in result.stderr  # shown, escaped
     assert "kept " in result.stderr and "shot\\x1b[8m" in result.stderr
+
+
+DOWNLOADS = """```python
+import os
+from playwright.sync_api import sync_playwright
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ.get("QVL_BROWSER") or None)
+    page = browser.new_page()
+    page.set_content('<a download href="data:text/plain,import os">a</a><a download href="data:text/csv,a,b">b</a>')
+    with page.expect_download() as first:
+        page.get_by_text("a", exact=True).click()
+    first.value.save_as("conftest.py")
+    with page.expect_download() as second:
+        page.get_by_text("b", exact=True).click()
+    second.value.save_as("report.csv")
+    browser.close()
+```"""
+
+
+def test_a_download_under_a_name_that_runs_by_itself_is_not_kept(tmp_path, server):
+    # pytest would import conftest.py from the folder the person saved the script in.
+    replay = write_replay(tmp_path / "replies.json", [DOWNLOADS])
+    out = tmp_path / "get.py"
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "-o", str(out), "Download the report",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "report.csv").read_text() == "a,b"
+    assert not (tmp_path / "conftest.py").exists()
+    assert "not kept conftest.py" in result.stderr

@@ -148,9 +148,13 @@ def test_files_written_with_hidden_or_existing_names_are_not_copied_over_the_per
     (home / "notes.txt").write_text("mine")
     (home / "old.png").write_bytes(b"old")
     files = {".bashrc": b"evil", ".config/autostart/x.desktop": b"evil", "notes.txt": b"evil", "old.png": b"new",
-             "shots/new.png": b"png"}  # fmt: skip
-    written = keep_files(files, home, protect=home / "script.py")
-    assert sorted(p.relative_to(home).as_posix() for p in written) == ["old.png", "shots/new.png"]
+             "shots/new.png": b"png", "data/report.csv": b"a,b"}  # fmt: skip
+    # Files that something runs by itself, as a page could serve them for download.save_as(...)
+    runnable = ["conftest.py", "Makefile", "setup.py", "run.sh", "x.desktop", "package.json", "lib/evil.pth",
+                "tool.exe", "Dockerfile"]  # fmt: skip
+    written = keep_files({**files, **dict.fromkeys(runnable, b"evil")}, home, protect=home / "script.py")
+    assert sorted(p.relative_to(home).as_posix() for p in written) == ["data/report.csv", "old.png", "shots/new.png"]
+    assert not any((home / name).exists() for name in runnable)
     assert not (home / ".bashrc").exists() and not (home / ".config").exists()
     assert (home / "notes.txt").read_text() == "mine"
 

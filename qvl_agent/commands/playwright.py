@@ -122,6 +122,13 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         print(f"qvl-agent: wrote {output}", file=sys.stderr)
     for path in files:
         print(f"qvl-agent: kept {printable(str(path))} (written by the script when it was verified)", file=sys.stderr)
+    folder = output.parent if output is not None else Path.cwd()
+    for name in sorted(name for name in outcome.files if folder.joinpath(*Path(name).parts) not in files):
+        print(
+            f"qvl-agent: not kept {printable(name)}: only documents, data and media files are copied, never a "
+            "hidden or runnable file or one that would replace a file of yours",
+            file=sys.stderr,
+        )
     if not args.verify:
         print("qvl-agent: the script was checked by the policy but not run (use --verify).", file=sys.stderr)
     return 0

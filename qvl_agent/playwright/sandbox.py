@@ -221,8 +221,7 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
         if returncode is None or watchdog.reason:
             _wait_for_namespace_end(watchdog.child_pid)
         seconds = time.monotonic() - started
-        limit = watchdog.reason
-        return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds, limit)
+        return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds, watchdog.reason)
     finally:
         remove_tree(work_dir)  # not TemporaryDirectory: shutil.rmtree recurses, and the script chose the depth
 

@@ -62,7 +62,7 @@ class Watchdog:
         self.info_fd = info_fd  # owned here: read once for the namespace's first process, then closed
         self.scratch = scratch
         self.child_pid: int | None = None  # the namespace's first process, as the host sees it
-        self.reason = ""  # why the sandbox was ended early, for the model ("it started more than ...")
+        self.reason = ""  # why the sandbox was ended early, for the model ("it ran more than ...")
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qvl-sandbox-watchdog", daemon=True)
 
@@ -137,7 +137,10 @@ def remove_tree(folder: Path) -> None:
     """Delete `folder` and everything in it, however deep, never following a link: each folder's subfolders
     are moved up into `folder` itself before it is emptied, so no path used is longer than two names."""
     flat = itertools.count()
-    top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
     try:
         pending = [""]  # names of folders directly in `folder`; "" is `folder` itself
         while pending:
@@ -165,4 +168,5 @@ def remove_tree(folder: Path) -> None:
                     os.rmdir(name, dir_fd=top)
     finally:
         os.close(top)
-    os.rmdir(folder)
+    with contextlib.suppress(OSError):  # what could not be removed stays; the run's result matters more
+        os.rmdir(folder)
