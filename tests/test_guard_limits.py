@@ -123,6 +123,12 @@ def test_a_huge_text_is_refused_before_a_single_character_is_typed():
          + "9" * 5000 + ", 5]}}</tool_call>", "too many digits"),
         ('<tool_call>{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": ['
          + "9" * 5000 + ".5, 5]}}</tool_call>", "finite number"),
+        ('<tool_call>{"name": "computer_use", "arguments": {"action": "answer", "text": "a \\ud800 b"}}</tool_call>',
+         "lone surrogate"),
+        ('<tool_call>{"name": "computer_use", "arguments": {"action": "type", "text": "\\udfff"}}</tool_call>',
+         "lone surrogate"),
+        ('<tool_call>{"name": "computer_use", "arguments": {"action": "key", "keys": ["ctrl", "\\ud83d"]}}</tool_call>',
+         "lone surrogate"),
     ],
 )  # fmt: skip
 def test_absurd_json_is_a_parse_error_observation_and_the_trace_ends(tmp_path, reply, words):
