@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qvl_agent.act.browser import find_browser
-from qvl_agent.playwright import sandbox
+from qvl_agent.playwright import sandbox, sandbox_watch
 from qvl_agent.playwright.scripts import keep_files, verify_script
 from tests.pages.server import PageServer
 
@@ -360,6 +360,26 @@ def test_a_fork_bomb_is_stopped_even_when_run_as_root(server):
     result = verify_script(script, server.url + "/login.html", BROWSER, 60)
     assert not result.ok
     assert "stopped because it ran more than" in result.error and "forked all" not in result.error
+    assert _processes_with(token) == []
+
+
+def test_processes_that_each_stay_under_the_memory_limit_are_stopped_together(server, monkeypatch):
+    # Each process has its own RLIMIT_DATA; together they could take the machine's memory. The limit is
+    # lowered here so that the test itself stays light: 4 processes of 256 MB against 512 MB in all.
+    monkeypatch.setattr(sandbox_watch, "MEMORY_BYTES", 512 << 20)
+    token = "qvl-hostile-" + uuid.uuid4().hex
+    script = HEADER + (
+        "import time\n"
+        "for n in range(4):\n"
+        "    if os.fork() == 0:\n"
+        f"        sys.argv[0] = {token!r}\n"
+        "        block = b'x' * (256 << 20)\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "time.sleep(60)\n"
+    )
+    result = run(script, server)
+    assert "of memory together" in result.limit and result.returncode != 0
     assert _processes_with(token) == []
 
 

@@ -1,12 +1,16 @@
 """Limits of a running verification sandbox that no resource limit of the kernel enforces, checked from outside.
 
 `Watchdog` polls the sandbox while it runs and ends it (with the reason) when it holds more than
-`TASKS` processes and threads, or its scratch folder more than `SCRATCH_BYTES` or `SCRATCH_ENTRIES`:
+`TASKS` processes and threads or `MEMORY_BYTES` of memory in all, or its scratch folder more than
+`SCRATCH_BYTES` or `SCRATCH_ENTRIES`:
 
 - **Processes:** RLIMIT_NPROC, set inside, does not hold when qvl-agent runs as root: the kernel exempts
   the global root user, and the sandbox's root is the host's root then. A fork bomb would fill the
   machine's memory and process table before the timeout. Here every task of the sandbox's PID namespace
   is counted, whoever runs it.
+- **Memory:** RLIMIT_DATA caps each process, so a few processes together could still take the machine's
+  memory (and the out-of-memory killer might pick the model's process instead). The resident memory of
+  all the namespace's processes is summed.
 - **Disk:** RLIMIT_FSIZE caps one file, not how many: the scratch folder lies on the host's disk, so a
   script writing file after file would fill it. Its allocated size and its number of entries are counted.
 
@@ -33,6 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 TASKS = 1024  # processes and threads in the sandbox at once (the same figure as its RLIMIT_NPROC)
+MEMORY_BYTES = 4 << 30  # resident memory of all its processes together (Chromium and a page take ~0.5 GB)
 SCRATCH_BYTES = 256 << 20  # disk the scratch folder may take
 SCRATCH_ENTRIES = 10_000  # files and folders in it
 SCRATCH_DEPTH = 32  # folders inside folders
@@ -96,8 +101,11 @@ class Watchdog:
                 return
 
     def _over_limit(self, pid_ns: tuple[int, int]) -> str:
-        if _tasks_in(pid_ns) > TASKS:
+        tasks, resident = _usage(pid_ns)
+        if tasks > TASKS:
             return f"it ran more than {TASKS} processes and threads at once"
+        if resident > MEMORY_BYTES:
+            return f"its processes used more than {MEMORY_BYTES >> 20} MB of memory together"
         size = entries = 0
         for path, info in walk(self.scratch):
             entries += 1
@@ -116,9 +124,12 @@ def _namespace(pid: int) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _tasks_in(pid_ns: tuple[int, int]) -> int:
-    """Processes and threads of the host whose PID namespace is `pid_ns`."""
-    count = 0
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def _usage(pid_ns: tuple[int, int]) -> tuple[int, int]:
+    """(processes and threads, resident bytes) of the host's processes whose PID namespace is `pid_ns`."""
+    tasks = resident = 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -127,10 +138,11 @@ def _tasks_in(pid_ns: tuple[int, int]) -> int:
                 continue
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
-            count += int(fields[17])  # num_threads, the 20th field
+            tasks += int(fields[17])  # num_threads, the 20th field
+            resident += int(fields[21]) * PAGE_BYTES  # rss in pages, the 24th
         except (OSError, ValueError, IndexError):
             continue  # ended meanwhile
-    return count
+    return tasks, resident
 
 
 def remove_tree(folder: Path) -> None:
