@@ -359,7 +359,8 @@ def test_a_fork_bomb_is_stopped_even_when_run_as_root(server):
     )
     result = verify_script(script, server.url + "/login.html", BROWSER, 60)
     assert not result.ok
-    assert "stopped because it ran more than" in result.error and "forked all" not in result.error
+    # stopped by the watchdog: for too many processes, or for the memory those thousands hold together
+    assert "it was stopped because it" in result.error and "forked all" not in result.error
     assert _processes_with(token) == []
 
 

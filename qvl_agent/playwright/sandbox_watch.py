@@ -128,7 +128,7 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _usage(pid_ns: tuple[int, int]) -> tuple[int, int]:
-    """(processes and threads, resident bytes) of the host's processes whose PID namespace is `pid_ns`."""
+    """(processes and threads, resident bytes of their own) of the host's processes in PID namespace `pid_ns`."""
     tasks = resident = 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -138,8 +138,11 @@ def _usage(pid_ns: tuple[int, int]) -> tuple[int, int]:
                 continue
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+            with open(f"/proc/{name}/statm", "rb") as f:
+                pages = f.read().split()
             tasks += int(fields[17])  # num_threads, the 20th field
-            resident += int(fields[21]) * PAGE_BYTES  # rss in pages, the 24th
+            # Resident minus shared: the process's own memory, not the libraries every process maps.
+            resident += (int(pages[1]) - int(pages[2])) * PAGE_BYTES
         except (OSError, ValueError, IndexError):
             continue  # ended meanwhile
     return tasks, resident
