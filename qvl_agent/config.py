@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import stat
 import time
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -271,13 +272,26 @@ def _hotkeys(value, source: str, problems: list[str]) -> Hotkeys:
     return chosen
 
 
+MAX_FILE_BYTES = 1 << 20  # a settings file is a few hundred bytes
+
+
 def _read(path: Path) -> tuple[dict, list[str]]:
     """The file's table, or {} and the one sentence that says why it cannot be used."""
     if not path.exists() and not path.is_symlink():
         return {}, []
     why = ""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8")), []
+        # Non-blocking, then checked: a named pipe would hang the start, a link to /dev/zero fill the memory.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            kind = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(kind):
+                raise IsADirectoryError
+            if not stat.S_ISREG(kind):
+                why = "is not a regular file"
+            elif len(raw := f.read(MAX_FILE_BYTES + 1)) > MAX_FILE_BYTES:
+                why = f"is larger than {MAX_FILE_BYTES >> 10} KB"
+            else:
+                return tomllib.loads(raw.decode("utf-8")), []
     except IsADirectoryError:
         why = "is a folder, not a file"
     except PermissionError:
@@ -286,6 +300,8 @@ def _read(path: Path) -> tuple[dict, list[str]]:
         why = "is not UTF-8 text"
     except tomllib.TOMLDecodeError as exc:
         why = f"is not valid TOML ({exc})"
+    except RecursionError:  # tomllib recurses into nested arrays and tables
+        why = "is not valid TOML (values nested too deeply)"
     except OSError as exc:
         why = f"cannot be read ({exc.strerror or exc})"
     return {}, [f"The settings file {path} {why}; defaults are used until it is fixed or removed."]
@@ -338,7 +354,9 @@ def save(settings: Settings, path: Path | None = None) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if _read(path)[1] and path.is_file():  # a file the person may still want: keep it beside
+        data, problems = _read(path)
+        problems += _from_mapping(data, str(path))[1]  # a key left out on load would be lost on save
+        if problems and path.is_file():  # a file the person may still want: keep it beside
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
             backup.write_bytes(path.read_bytes())
         tmp.write_text(dumps(settings), encoding="utf-8")

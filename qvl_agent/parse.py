@@ -233,6 +233,12 @@ def _text(args: dict, kind: str) -> str:
 
 def action_from_arguments(args: dict) -> A.Action:
     """One computer_use `arguments` object -> an action, or ParseError naming what is missing."""
+    try:
+        json.dumps(args, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        # A JSON escape like \ud800 alone decodes to a lone surrogate: no keyboard types it, and printing it
+        # or saving it as UTF-8 (the final answer, an exported script) would fail.
+        raise ParseError("The call holds a lone surrogate escape such as \\ud800, which is no character.") from None
     kind = args.get("action")
     if not isinstance(kind, str) or not kind.strip():
         raise ParseError(f'The call has no "action"; use one of: {", ".join(A.KINDS)}.')

@@ -202,3 +202,68 @@ def test_verify_refuses_without_bubblewrap_unless_told_to_run_unsafely(tmp_path,
     assert unsafe.returncode == 0, unsafe.stderr
     assert "warning" in unsafe.stderr and "your own rights" in unsafe.stderr
     assert (tmp_path / "login.png").exists()
+
+
+HOSTILE_OUTPUT = """```python
+from playwright.sync_api import sync_playwright
+print("\\x1b[2J\\x1b]0;pwned\\x07\\x1b]52;c;cm0gLXJmIH4=\\x07 cleared")
+raise SystemExit(3)
+```"""
+
+HOSTILE_NAME = """```python
+import os
+from playwright.sync_api import sync_playwright
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ.get("QVL_BROWSER") or None)
+    page = browser.new_page()
+    page.screenshot(path="shot\x1b[8m\x1b]52;c;cm0gLXJmIH4=\x07.png")
+    browser.close()
+```"""
+
+
+def test_a_scripts_output_and_file_names_never_reach_the_terminal_as_control_sequences(tmp_path, server):
+    replay = write_replay(tmp_path / "replies.json", [HOSTILE_OUTPUT, HOSTILE_NAME])
+    out = tmp_path / "hostile.py"
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "--attempts", "2", "-o", str(out), "Do it",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert "\\x1b]0;pwned" in result.stderr and "cleared" in result.stderr  # shown, escaped
+    assert "kept " in result.stderr and "shot\\x1b[8m" in result.stderr
+
+
+DOWNLOADS = """```python
+import os
+from playwright.sync_api import sync_playwright
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ.get("QVL_BROWSER") or None)
+    page = browser.new_page()
+    page.set_content('<a download href="data:text/plain,import os">a</a><a download href="data:text/csv,a,b">b</a>')
+    with page.expect_download() as first:
+        page.get_by_text("a", exact=True).click()
+    first.value.save_as("conftest.py")
+    with page.expect_download() as second:
+        page.get_by_text("b", exact=True).click()
+    second.value.save_as("report.csv")
+    browser.close()
+```"""
+
+
+def test_a_download_under_a_name_that_runs_by_itself_is_not_kept(tmp_path, server):
+    # pytest would import conftest.py from the folder the person saved the script in.
+    replay = write_replay(tmp_path / "replies.json", [DOWNLOADS])
+    out = tmp_path / "get.py"
+    result = run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "-o", str(out), "Download the report",
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "report.csv").read_text() == "a,b"
+    assert not (tmp_path / "conftest.py").exists()
+    assert "not kept conftest.py" in result.stderr

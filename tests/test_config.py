@@ -100,6 +100,31 @@ def test_a_file_that_cannot_be_read_gives_one_notice_and_defaults(path, kind):
     assert config.NOTICES[before:] == list(loaded.notices)  # the tray shows them as notifications
 
 
+@pytest.mark.parametrize("kind", ["named pipe", "endless device", "huge", "nested arrays", "nested tables"])
+def test_a_settings_path_that_would_hang_or_exhaust_the_start_is_one_notice(path, kind):
+    if kind == "named pipe":
+        os.mkfifo(path)  # opening it for reading would wait for a writer forever
+    elif kind == "endless device":
+        path.symlink_to("/dev/zero")
+    elif kind == "huge":
+        path.write_text("# " + "x" * (8 << 20) + "\n")
+    elif kind == "nested arrays":
+        path.write_text("max_pixels = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    else:
+        path.write_text("a = " + "{b = " * 5000 + "1" + "}" * 5000 + "\n")
+    loaded = config.load(path, env={})
+    assert loaded.settings == Settings()
+    assert len(loaded.notices) == 1 and str(path) in loaded.notices[0] and "defaults are used" in loaded.notices[0]
+
+
+def test_saving_keeps_a_copy_of_a_file_whose_keys_were_left_out(path):
+    path.write_text("max_pixles = 1000000\nmax_new_tokens = 77\n")  # a typo the person will want to fix
+    config.save(Settings(max_new_tokens=88), path)
+    backups = list(path.parent.glob("config.toml.bak-*"))
+    assert len(backups) == 1 and "max_pixles = 1000000" in backups[0].read_text()
+    assert config.load(path, env={}).settings.max_new_tokens == 88
+
+
 def test_a_corrupt_file_in_a_read_only_folder_is_left_alone(path):
     path.write_text("max_pixels = [oops\n")
     path.parent.chmod(stat.S_IRUSR | stat.S_IXUSR)

@@ -53,6 +53,15 @@ def run(replies, mode="auto", executor=None, trace=None, **guard_kw):
         ["cmd", "shift", "q"],
         ["ctrl", "alt", "l"],
         ["ctrl", "alt", "esc"],  # the emergency stop chord itself
+        # pyautogui's one-sided modifier names, and its Sleep key
+        ["ctrlleft", "altleft", "f1"],
+        ["ctrlright", "altright", "delete"],
+        ["ctrlleft", "optionright", "backspace"],
+        ["winleft"],
+        ["winright", "l"],
+        ["winleft", "shiftleft", "q"],
+        ["ctrlleft", "altright", "esc"],
+        ["sleep"],
     ],
 )
 def test_system_key_combinations_are_asked_about_even_in_auto_mode_and_a_no_goes_to_the_model(keys):
@@ -75,7 +84,16 @@ def test_a_yes_presses_it_and_allow_keys_presses_it_without_asking():
 
 def test_ordinary_chords_run_in_auto_mode_without_a_question():
     asked = []
-    keys = [["ctrl", "c"], ["alt", "tab"], ["ctrl", "alt", "t"], ["shift", "f10"], ["enter"], ["ctrl", "l"]]
+    keys = [
+        ["ctrl", "c"],
+        ["alt", "tab"],
+        ["ctrl", "alt", "t"],
+        ["shift", "f10"],
+        ["enter"],
+        ["ctrl", "l"],
+        ["ctrlleft", "c"],
+        ["shiftright", "tab"],
+    ]
     _, _, ex = run([call(action="key", keys=k) for k in keys], confirm=lambda a, p, s: asked.append(a) or False)
     assert asked == [] and len(ex.actions) == len(keys)
     assert all(system_chord(tuple(k)) == "" for k in keys)
@@ -105,6 +123,12 @@ def test_a_huge_text_is_refused_before_a_single_character_is_typed():
          + "9" * 5000 + ", 5]}}</tool_call>", "too many digits"),
         ('<tool_call>{"name": "computer_use", "arguments": {"action": "left_click", "coordinate": ['
          + "9" * 5000 + ".5, 5]}}</tool_call>", "finite number"),
+        ('<tool_call>{"name": "computer_use", "arguments": {"action": "answer", "text": "a \\ud800 b"}}</tool_call>',
+         "lone surrogate"),
+        ('<tool_call>{"name": "computer_use", "arguments": {"action": "type", "text": "\\udfff"}}</tool_call>',
+         "lone surrogate"),
+        ('<tool_call>{"name": "computer_use", "arguments": {"action": "key", "keys": ["ctrl", "\\ud83d"]}}</tool_call>',
+         "lone surrogate"),
     ],
 )  # fmt: skip
 def test_absurd_json_is_a_parse_error_observation_and_the_trace_ends(tmp_path, reply, words):

@@ -196,6 +196,14 @@ PARSER = (
         ("import string\nstring.Formatter().get_field('0.x', [1], {})", "string.Formatter"),
         ("import re\nre.compile = None", "changing a module"),
         ("p = None\np.chromium.launch(artifacts_dir='/tmp/x')", "artifacts_dir="),
+        # attributes read by a class pattern or a format field, where no Attribute node shows them
+        ("O = str.mro()[-1]\nmatch print:\n    case O(__self__=b):\n        pass", "class pattern may not name"),
+        ("class C:\n    pass\nmatch C():\n    case C(system=run):\n        run('id')", "class pattern may not name"),
+        ("print('{0.__class__.__init__.__globals__}'.format(print))", "reaches a private attribute"),
+        ("print('{0:{1.__class__}}'.format(1, 2))", "reaches a private attribute"),
+        ("print('{a._impl_obj}'.format_map({'a': 1}))", "reaches a private attribute"),
+        ("t = '{0.__cl' + 'ass__}'\nprint(t.format(1))", "needs its format string written out"),
+        ("print(str.format('{0.__class__}', 1))", "needs its format string written out"),
     ],
 )
 def test_policy_bypasses_are_rejected_with_a_reason(snippet, reason):
@@ -295,3 +303,17 @@ def test_screenshots_and_pdfs_to_relative_paths_in_the_scratch_folder_pass():
         "    browser.close()\n"
     )
     assert verdict(source).ok, verdict(source).reason
+
+
+def test_a_source_encoding_that_would_run_other_code_than_was_checked_is_rejected():
+    # Under utf-7, '+AAo-' is a line break: Python would run `import os; print(os.listdir('/'))`.
+    hidden = "x = 1  #+AAo-import os+AAo-print(os.listdir('/'))\n"
+    for cookie in (
+        "# coding: utf-7\n",
+        "# -*- coding: latin-1 -*-\n",
+        "#!/usr/bin/env python\n# vim: set fileencoding=utf_7 :\n",
+    ):
+        full = str(pytest.raises(ScriptRejected, check_script, cookie + HEADER + hidden).value)
+        assert "source encoding other than UTF-8" in full, full
+    check_script("# -*- coding: utf-8 -*-\n" + HEADER + "print('{} of {:.1f} {name}'.format(1, 2.0, name='x'))\n")
+    check_script(HEADER + "match (1, 'a'):\n    case (int(), str() as s):\n        print(s)\n")

@@ -9,13 +9,14 @@ import json
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
 
-from qvl_agent.playwright import sandbox
+from qvl_agent.playwright import sandbox, sandbox_watch
 from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.playwright.scripts import keep_files, verify_script
 from tests.pages.server import PageServer
@@ -148,11 +149,25 @@ def test_files_written_with_hidden_or_existing_names_are_not_copied_over_the_per
     (home / "notes.txt").write_text("mine")
     (home / "old.png").write_bytes(b"old")
     files = {".bashrc": b"evil", ".config/autostart/x.desktop": b"evil", "notes.txt": b"evil", "old.png": b"new",
-             "shots/new.png": b"png"}  # fmt: skip
-    written = keep_files(files, home, protect=home / "script.py")
-    assert sorted(p.relative_to(home).as_posix() for p in written) == ["old.png", "shots/new.png"]
+             "shots/new.png": b"png", "data/report.csv": b"a,b"}  # fmt: skip
+    # Files that something runs by itself, as a page could serve them for download.save_as(...)
+    runnable = ["conftest.py", "Makefile", "setup.py", "run.sh", "x.desktop", "package.json", "lib/evil.pth",
+                "tool.exe", "Dockerfile"]  # fmt: skip
+    written = keep_files({**files, **dict.fromkeys(runnable, b"evil")}, home, protect=home / "script.py")
+    assert sorted(p.relative_to(home).as_posix() for p in written) == ["data/report.csv", "old.png", "shots/new.png"]
+    assert not any((home / name).exists() for name in runnable)
     assert not (home / ".bashrc").exists() and not (home / ".config").exists()
     assert (home / "notes.txt").read_text() == "mine"
+
+
+def test_files_are_not_kept_through_a_link_to_a_folder_elsewhere(tmp_path):
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    (home / "www").symlink_to(elsewhere)  # e.g. a project folder linking to a served folder
+    written = keep_files({"www/index.html": b"evil", "www/shot.png": b"evil", "shot.png": b"png"}, home)
+    assert [p.name for p in written] == ["shot.png"]
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_a_symlink_in_the_scratch_folder_does_not_carry_a_file_out(server, canary):
@@ -328,6 +343,69 @@ def test_endless_output_and_a_memory_blow_up_leave_the_parent_bounded(server):
     assert _peak_rss_kib() - before < 64 * 1024  # the parent read back only the output's tail
     assert flood.returncode != 0 and len(flood.output) <= sandbox.OUTPUT_TAIL_BYTES
     assert hog.returncode != 0 and "MemoryError" in hog.output
+
+
+def test_a_fork_bomb_is_stopped_even_when_run_as_root(server):
+    # RLIMIT_NPROC does not hold for root (this test machine and CI run as root): the watchdog must.
+    token = "qvl-hostile-" + uuid.uuid4().hex
+    script = HEADER + (
+        "import time\n"
+        "for n in range(4000):\n"
+        "    if os.fork() == 0:\n"
+        f"        sys.argv[0] = {token!r}\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "print('forked all', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    result = verify_script(script, server.url + "/login.html", BROWSER, 60)
+    assert not result.ok
+    # stopped by the watchdog: for too many processes, or for the memory those thousands hold together
+    assert "it was stopped because it" in result.error and "forked all" not in result.error
+    assert _processes_with(token) == []
+
+
+def test_processes_that_each_stay_under_the_memory_limit_are_stopped_together(server, monkeypatch):
+    # Each process has its own RLIMIT_DATA; together they could take the machine's memory. The limit is
+    # lowered here so that the test itself stays light: 4 processes of 256 MB against 512 MB in all.
+    monkeypatch.setattr(sandbox_watch, "MEMORY_BYTES", 512 << 20)
+    token = "qvl-hostile-" + uuid.uuid4().hex
+    script = HEADER + (
+        "import time\n"
+        "for n in range(4):\n"
+        "    if os.fork() == 0:\n"
+        f"        sys.argv[0] = {token!r}\n"
+        "        block = b'x' * (256 << 20)\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "time.sleep(60)\n"
+    )
+    result = run(script, server)
+    assert "of memory together" in result.limit and result.returncode != 0
+    assert _processes_with(token) == []
+
+
+def test_filling_the_disk_is_stopped_before_the_scratch_folder_grows_past_its_limit(server):
+    files = run(
+        HEADER + "for n in range(160):\n    open(f'f{n}.bin', 'wb').write(b'x' * (16 << 20))\nprint('all written')\n",
+        server,
+    )
+    entries = run(HEADER + "for n in range(40000):\n    open(f'e{n}', 'w').close()\nprint('all written')\n", server)
+    assert files.returncode != 0 and "MB of files" in files.limit and "all written" not in files.output
+    assert entries.returncode != 0 and "files and folders" in entries.limit and "all written" not in entries.output
+    assert sum(len(data) for data in files.files.values()) <= sandbox.COPY_BYTES
+
+
+def test_folders_nested_past_any_path_length_are_stopped_and_cleaned_up(server, tmp_path, monkeypatch):
+    # 3000 levels: past PATH_MAX and Python's recursion limit, both of which the parent's own file handling
+    # (collecting the files, deleting the scratch folder) must survive.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the sandbox's work folder goes
+    nest = "for n in range({}):\n    os.mkdir('d')\n    os.chdir('d')\nopen('deep.png', 'wb').write(b'png')\n"
+    quick = run(HEADER + nest.format(3000), server)  # ends before or after the watchdog notices: both must hold
+    slow = run(HEADER + nest.format(100) + "import time\ntime.sleep(60)\n", server)
+    assert "nested folders more than" in slow.limit and slow.returncode != 0
+    assert quick.files == {} or quick.returncode == 0
+    assert list(tmp_path.iterdir()) == []  # both work folders removed, however deep
 
 
 # --- legitimate scripts still verify ------------------------------------------------------------------

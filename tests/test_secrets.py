@@ -143,6 +143,18 @@ def test_navigation_off_the_allowed_domains_is_blocked_and_told_to_the_model(tmp
     assert Path(tmp_path / "run" / "browser.json").exists()
 
 
+def test_a_redirect_from_an_allowed_page_to_another_host_is_blocked_too(tmp_path, server):
+    url = server.url + "/away.html"
+    at = element_centres(url, ["#bounce"])
+    replies = [click_at(at["#bounce"]), click_at(at["#bounce"]), call(action="terminate", status="success")]
+    result = _browse(tmp_path, url, replies, "--allow-domain", "example.org")
+    assert result.returncode == 0, result.stderr
+    steps = read_trace(tmp_path / "run").steps
+    assert "localhost, which is not an allowed domain: that was blocked" in steps[0]["results"][0]["message"]
+    assert "not an allowed domain" in steps[1]["observation"]  # what the model read next
+    assert steps[1]["results"][0]["detail"]["url"] == url  # back where it was, not on localhost
+
+
 @pytest.fixture
 def form(x_display, tmp_path):
     from tests.test_desktop_e2e import FormApp

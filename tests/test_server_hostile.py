@@ -342,7 +342,12 @@ def test_every_redirect_is_checked_and_failures_all_read_the_same():
 
     for private in ("10.0.0.1", "172.16.0.1", "192.168.1.1", "169.254.169.254", "224.0.0.1", "fe80::1", "fc00::1"):
         assert not is_public(ipaddress.ip_address(private), 80), private
-    assert is_public(ipaddress.ip_address("93.184.216.34"), 80)
+    # IPv6 spellings of private IPv4 addresses that a NAT64 or 6to4 gateway, or the kernel, would deliver
+    embedded = ("64:ff9b::a00:1", "64:ff9b::a9fe:a9fe", "2002:c0a8:101::1", "::127.0.0.1", "::ffff:0:a00:1")
+    for private in (*embedded, "fec0::1"):
+        assert not is_public(ipaddress.ip_address(private), 80), private
+    for public in ("93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1", "2606:4700:4700::1111"):
+        assert is_public(ipaddress.ip_address(public), 80), public
 
 
 # --- --no-token: cross-site requests and DNS rebinding --------------------------------------------------

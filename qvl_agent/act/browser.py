@@ -197,6 +197,9 @@ class BrowserExecutor:
             self._mark_dead(f"The {'browser' if gone else 'page'} closed during the run.")
         if self._dead:
             raise BrowserError(self._dead)
+        if host := self._off_allowed_domains():
+            self._blocked.append(host)  # told with the next action's result
+            self._leave_error_page(self._last_url)
         if (
             self.page.url.startswith("chrome-error://")
             and self.allowed_domains
@@ -262,6 +265,8 @@ class BrowserExecutor:
                 self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
             except self._error_type:
                 pass
+            if host := self._off_allowed_domains():
+                self._blocked.append(host)
         if self._blocked:
             hosts = ", ".join(sorted(set(self._blocked)))
             self._blocked.clear()
@@ -270,11 +275,22 @@ class BrowserExecutor:
         self._check_alive()
         return ActionResult(True, message, detail)
 
+    def _off_allowed_domains(self) -> str:
+        """The page's host when it is on one that --allow-domain does not allow, else "". The route blocks a
+        navigation's first request, but Playwright never shows it the hops of a server's redirect: an open
+        redirect on an allowed site would lead anywhere. So where the page ended up is checked too."""
+        url = self.page.url
+        host = urlsplit(url).hostname or ""
+        if self.allowed_domains and url.startswith(("http:", "https:")) and not _allowed(host, self.allowed_domains):
+            return host
+        return ""
+
     def _leave_error_page(self, url: str) -> None:
-        """Chromium shows an error page for a blocked navigation: go back to where the action started."""
+        """Chromium shows an error page for a blocked navigation, and a redirect may have reached a host that
+        is not allowed: go back to where the action started."""
         try:
             self.page.wait_for_load_state("load", timeout=2000)
-            if self.page.url.startswith("chrome-error://"):
+            if self.page.url.startswith("chrome-error://") or self._off_allowed_domains():
                 self.page.goto(url, wait_until="load")
                 self._failed_navigation = ""
         except self._error_type:

@@ -80,16 +80,22 @@ def hotkey_chord(pynput_keys: list[str]) -> frozenset[str]:
     return frozenset(canonical(_PYNPUT.get(k, k)) for k in pynput_keys)
 
 
+# pyautogui also presses one side of a modifier by name: for the system's shortcuts the side does not matter.
+_SIDES = {f"{m}{side}": base for m, base in (("ctrl", "ctrl"), ("alt", "alt"), ("option", "alt"), ("shift", "shift"),
+          ("win", "win")) for side in ("left", "right")}  # fmt: skip
 _LOCK_KEYS = {"l", "q", "delete"}  # with the super key: lock (win+l), log out (super+shift+q, ctrl+cmd+q)
 _SESSION_KEYS = {"delete", "backspace", "l", *(f"f{n}" for n in range(1, 13))}  # with ctrl+alt
 
 
 def system_chord(keys: tuple[str, ...] | list[str], stop: frozenset[str] = frozenset()) -> str:
     """Why pressing `keys` would act on the session rather than the app (log out, lock, switch to a text
-    console, restart the X server, press the emergency stop), in a few words; "" for an ordinary chord."""
-    chord = {canonical(k).lower() for k in keys}
+    console, restart the X server, suspend, press the emergency stop), in a few words; "" for an ordinary
+    chord."""
+    chord = {_SIDES.get(name, name) for name in (canonical(k).lower() for k in keys)}
     if stop and chord == set(stop):
         return "it is the emergency stop hotkey"
+    if "sleep" in chord:
+        return "the Sleep key suspends the computer"
     if "win" in chord and (chord == {"win"} or chord & _LOCK_KEYS):
         return "the super key alone or with L, Q or Delete opens the system menu, locks or logs out"
     if {"ctrl", "alt"} <= chord and chord & _SESSION_KEYS:

@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from qvl_agent.actions import printable
 from qvl_agent.cli import add_engine_args, check_url
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
@@ -102,8 +103,8 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
             options=GenerationOptions(max_new_tokens=max(settings.max_new_tokens, 2048)),
             unsafe=unsafe,
         )
-    for line in outcome.attempts:
-        print(f"qvl-agent: {line}", file=sys.stderr, flush=True)
+    for line in outcome.attempts:  # the script's own output among them: escaped, it drives no terminal
+        print(f"qvl-agent: {printable(line, keep=chr(10))}", file=sys.stderr, flush=True)
     if not outcome.ok:
         kept = ""
         if output is not None and outcome.script:
@@ -119,7 +120,14 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         files = save_script(outcome, output)
         print(f"qvl-agent: wrote {output}", file=sys.stderr)
     for path in files:
-        print(f"qvl-agent: kept {path} (written by the script when it was verified)", file=sys.stderr)
+        print(f"qvl-agent: kept {printable(str(path))} (written by the script when it was verified)", file=sys.stderr)
+    folder = output.parent if output is not None else Path.cwd()
+    for name in sorted(name for name in outcome.files if folder.joinpath(*Path(name).parts) not in files):
+        print(
+            f"qvl-agent: not kept {printable(name)}: only documents, data and media files are copied, never a "
+            "hidden or runnable file or one that would replace a file of yours",
+            file=sys.stderr,
+        )
     if not args.verify:
         print("qvl-agent: the script was checked by the policy but not run (use --verify).", file=sys.stderr)
     return 0

@@ -5,7 +5,9 @@ import Playwright's sync API and a few harmless standard modules, read its brows
 or the `QVL_BROWSER` environment variable, drive pages and print. Anything else is refused with one
 sentence naming the line and the reason: other imports (subprocess, socket, urllib, requests, httpx,
 pathlib, typing, ...), `os` beyond reading the environment, `eval`/`exec`/`compile`/`__import__`,
-reflection (`getattr`, `globals`, dunder attributes, frames), `open()`, string annotations, Playwright calls
+reflection (`getattr`, `globals`, dunder attributes, frames, attributes named by a class pattern
+`case C(attr=x)` or a format field `'{0.__class__}'.format(x)`), a source encoding other than UTF-8 (the
+file would decode to other code than was checked), `open()`, string annotations, Playwright calls
 that read or write local files, start other programs or send traffic elsewhere (`path=` but a relative
 screenshot/pdf path, `save_as` but to a relative path, `set_files`, `storage_state=`, `client_certificates=`, `proxy=`,
 `request.new_context()`, tracing names with folders, browser flags off the allow-list, an
@@ -23,6 +25,10 @@ with which flags are `policy_launch.py`'s; the lists the rules name are `policy_
 from __future__ import annotations
 
 import ast
+import io
+import re
+import string
+import tokenize
 from dataclasses import dataclass
 
 from qvl_agent.errors import InputError
@@ -146,6 +152,29 @@ class _Checker(ast.NodeVisitor):
             return  # the module name itself was checked just now
         self.generic_visit(node)
 
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        # `case C(attr=x)` reads obj.attr without an Attribute node: `case object(__globals__=g)` would
+        # reach any module unseen.
+        if node.kwd_attrs:
+            self.fail(
+                node, f"a class pattern may not name attributes (case ...({node.kwd_attrs[0]}=...)); read obj.attr"
+            )
+        self.generic_visit(node)
+
+    def _check_format(self, node: ast.Call, func: ast.Attribute) -> None:
+        """str.format reads the attributes its fields name ('{0.__class__}'), unseen by the checks on
+        attributes: the format string must be written out, and no field (nor a nested one in a format spec)
+        may name a private attribute."""
+        if not _is_str(func.value):
+            self.fail(node, f".{func.attr}() needs its format string written out, as '...'.{func.attr}(...)")
+        try:
+            parts = [(f or "") + " " + (spec or "") for _, f, spec, _ in string.Formatter().parse(func.value.value)]
+        except ValueError:
+            return  # not a valid format string: Python refuses it when the script runs
+        for part in parts:
+            if "__" in part or any(name.startswith("_") for name in re.findall(r"\.([^.\[{}:! ]*)", part)):
+                self.fail(node, f"the format field {part.strip()!r} reaches a private attribute")
+
     def _rooted_in_module(self, node: ast.expr) -> bool:
         while isinstance(node, ast.Attribute | ast.Subscript):
             node = node.value
@@ -224,6 +253,8 @@ class _Checker(ast.NodeVisitor):
             for kw in node.keywords:
                 if kw.arg == "name" and not _is_plain_file_name(kw.value):
                     self.fail(node, "tracing.start(name=...) may only be a plain name without folders")
+        if isinstance(func, ast.Attribute) and func.attr in ("format", "format_map"):
+            self._check_format(node, func)
         if _is_print(func) and self._in_loop(node):
             self.fail(node, "printing inside a loop is not allowed (its output has no bound); print once after it")
         self.generic_visit(node)
@@ -327,8 +358,13 @@ def check_script(source: str) -> None:
         raise ScriptRejected(0, "The script is empty")
     try:
         tree = ast.parse(source)
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(source.encode("utf-8")).readline)
     except SyntaxError as exc:
         raise ScriptRejected(exc.lineno or 0, f"the script is not valid Python ({exc.msg})") from None
+    if encoding not in ("utf-8", "utf-8-sig"):
+        # The script is saved as UTF-8, and Python decodes the file as the declaration says: under
+        # `coding: utf-7`, '+AAo-' in a comment is a line break, so it would run code never checked here.
+        raise ScriptRejected(1, f"a source encoding other than UTF-8 ({encoding}) is not allowed")
     if not any(isinstance(n, ast.ImportFrom) and n.module == "playwright.sync_api" for n in ast.walk(tree)):
         raise ScriptRejected(0, "The script must use Playwright's sync API (playwright.sync_api)")
     _Checker(Bindings(tree)).visit(tree)

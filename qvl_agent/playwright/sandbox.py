@@ -15,7 +15,8 @@ and returns how it ended, its last output and the files it wrote. What the scrip
   they never touch, so RLIMIT_AS would stop Chromium from starting), processes and threads (RLIMIT_NPROC,
   counted inside the sandbox's user namespace; the kernel exempts root), bytes per file written
   (RLIMIT_FSIZE), no core files. Output goes to a file capped by that limit, never into a pipe to this
-  process: only its last bytes are read back.
+  process: only its last bytes are read back. What no kernel limit holds (processes when run as root, the
+  scratch folder's total size) `sandbox_watch.Watchdog` checks from outside, ending the run past a limit.
 - **Network:** a new network namespace whose only interface is its own loopback. The script's URL names
   a host; inside, /etc/hosts maps that host to loopback and `sandbox_init.py` listens on its port, handing
   each connection to a unix socket bound in from here. Behind that socket this module connects to the
@@ -31,7 +32,6 @@ and returns how it ended, its last output and the files it wrote. What the scrip
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shutil
 import signal
@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 
 from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.playwright.sandbox_init import pipe as _pipe  # the same byte relay runs on both sides
+from qvl_agent.playwright.sandbox_watch import Watchdog, remove_tree, walk
 
 PACKAGE = "bubblewrap"
 INIT = Path(__file__).with_name("sandbox_init.py")
@@ -87,6 +88,7 @@ class SandboxResult:
     output: str  # the last OUTPUT_TAIL_BYTES of stdout and stderr together
     files: dict[str, bytes] = field(default_factory=dict)  # scratch-relative path -> content
     seconds: float = 0.0
+    limit: str = ""  # why the watchdog ended it early ("it ran more than ..."), else empty
 
 
 def bubblewrap_problem() -> str | None:
@@ -114,8 +116,8 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
     if problem:
         raise SandboxUnavailable(problem)
     target = urlsplit(url)
-    with tempfile.TemporaryDirectory(prefix="qvl-sandbox-") as work:
-        work_dir = Path(work)
+    work_dir = Path(tempfile.mkdtemp(prefix="qvl-sandbox-"))
+    try:
         scratch = work_dir / "scratch"
         scratch.mkdir()
         (work_dir / "script.py").write_text(source, encoding="utf-8")
@@ -201,6 +203,8 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
                 pass_fds=(info_write,),
             )  # fmt: skip
         os.close(info_write)
+        watchdog = Watchdog(proc, info_read, scratch)
+        watchdog.start()
         if forwarder is not None:
             forwarder.start()
         try:
@@ -210,24 +214,23 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             # every other process inside goes too.
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-            _wait_for_namespace_end(info_read)
             returncode = None
         finally:
-            os.close(info_read)
+            watchdog.stop()
             if forwarder is not None:
                 forwarder.stop()
+        if returncode is None or watchdog.reason:
+            _wait_for_namespace_end(watchdog.child_pid)
         seconds = time.monotonic() - started
-        return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds)
+        return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds, watchdog.reason)
+    finally:
+        remove_tree(work_dir)  # not TemporaryDirectory: shutil.rmtree recurses, and the script chose the depth
 
 
-def _wait_for_namespace_end(info_fd: int, limit_s: float = 10.0) -> None:
-    """Wait until the sandbox's first process has exited. It dies with bubblewrap (--die-with-parent), and
-    the kernel lets the first process of a PID namespace finish exiting only once every other process in
+def _wait_for_namespace_end(pid: int | None, limit_s: float = 10.0) -> None:
+    """Wait until the sandbox's first process `pid` has exited. It dies with bubblewrap (--die-with-parent),
+    and the kernel lets the first process of a PID namespace finish exiting only once every other process in
     it is gone: after this, nothing the script started is left."""
-    try:
-        pid = json.loads(os.read(info_fd, 4096).decode() or "{}").get("child-pid")
-    except (OSError, ValueError):
-        return
     deadline = time.monotonic() + limit_s
     while pid and time.monotonic() < deadline:
         try:
@@ -294,21 +297,21 @@ def collect_files(scratch: Path) -> dict[str, bytes]:
     never followed: one pointing outside would otherwise be read here, outside the sandbox."""
     files: dict[str, bytes] = {}
     budget = COPY_BYTES
-    for folder, _dirs, names in os.walk(scratch, followlinks=False):
-        for name in sorted(names):
-            path = Path(folder) / name
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
+    for path, info in walk(scratch):
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            continue
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
                 continue
-            with os.fdopen(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                data = f.read(budget + 1)
-            if len(data) > budget:
-                return files
-            budget -= len(data)
-            files[str(path.relative_to(scratch))] = data
+            data = f.read(budget + 1)
+        if len(data) > budget:
+            return files
+        budget -= len(data)
+        files[str(path.relative_to(scratch))] = data
     return files
 
 

@@ -61,6 +61,8 @@ def verify_script(source: str, url: str, browser: str, timeout_s: float, *, unsa
     if result.returncode == 0:
         return Verification(True, files=result.files)
     tail = last_error_lines(result.output)
+    if result.limit:
+        return Verification(False, f"it was stopped because {result.limit}" + (f":\n{tail}" if tail else ""))
     if result.returncode is None:
         return Verification(False, f"it did not finish within {timeout_s:g} seconds" + (f":\n{tail}" if tail else ""))
     return Verification(False, f"it exited with status {result.returncode}:\n{tail or '(no output)'}")
@@ -199,6 +201,15 @@ def _summary(error: str, lines: int = 6) -> str:
 
 # Files a script commonly makes (screenshots, PDFs, videos), which may replace an older file of the same name.
 REPLACEABLE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".pdf", ".webm", ".har"})
+# What is kept at all: documents, data and media. A page can serve a download under any name, and a file
+# that something runs by itself (conftest.py, a Makefile, a .desktop launcher, package.json's scripts) must
+# not reach the person's folder from a test run.
+KEPT_SUFFIXES = REPLACEABLE_SUFFIXES | frozenset(
+    {".gif", ".webp", ".bmp", ".txt", ".csv", ".tsv", ".json", ".xml", ".md", ".log", ".zip", ".gz", ".tgz",
+     ".xlsx", ".xls", ".docx", ".doc", ".pptx", ".odt", ".ods", ".odp", ".rtf", ".mp4", ".mp3", ".wav", ".ogg",
+     ".ics", ".vcf", ".parquet"}
+)  # fmt: skip
+NEVER_KEPT_NAMES = frozenset({"package.json", "composer.json", "deno.json"})  # their scripts run on install
 
 
 def save_script(outcome: Outcome, path: Path) -> list[Path]:
@@ -209,15 +220,22 @@ def save_script(outcome: Outcome, path: Path) -> list[Path]:
 
 def keep_files(files: dict[str, bytes], folder: Path, protect: Path | None = None) -> list[Path]:
     """Write the files a verified script made (screenshots, PDFs, downloads) into `folder` at their relative
-    paths; returns their paths. A model-written script chose these names, so no hidden name (`.bashrc`,
-    `.config/...`) is kept and no existing file is replaced unless it is a screenshot, PDF or video."""
+    paths; returns their paths. A model-written script chose these names, so only documents, data and media
+    are kept (`KEPT_SUFFIXES`), no hidden name (`.bashrc`, `.config/...`), nothing outside `folder` (a link
+    to a folder elsewhere is not followed), and no existing file is replaced unless it is a screenshot, PDF
+    or video."""
     written = []
+    inside = folder.resolve()
     for name, data in files.items():
         parts = Path(name).parts
         if any(part.startswith(".") for part in parts):
             continue
+        if Path(name).suffix.lower() not in KEPT_SUFFIXES or Path(name).name.lower() in NEVER_KEPT_NAMES:
+            continue
         target = folder.joinpath(*parts)
         if (protect is not None and target.resolve() == protect.resolve()) or target.is_symlink():
+            continue
+        if not target.resolve().is_relative_to(inside):
             continue
         if target.exists() and (target.suffix.lower() not in REPLACEABLE_SUFFIXES or not target.is_file()):
             continue

@@ -27,10 +27,23 @@ FETCH_TIMEOUT_S = 10.0
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits, which a translator (NAT64, SIIT) or the
+# kernel (IPv4-compatible ::a.b.c.d) may deliver to that IPv4 address: on an IPv6-only network with NAT64,
+# 64:ff9b::a00:1 reaches 10.0.0.1.
+_IPV4_IN_LOW_BITS = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
+
+
 def is_public(address: Address, port: int) -> bool:
-    """Whether the server may connect to `address` on behalf of a client."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """Whether the server may connect to `address` on behalf of a client: a global address, and for an IPv6
+    address that embeds an IPv4 one (mapped, NAT64, 6to4, IPv4-compatible), a global IPv4 address too."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.is_site_local:  # deprecated, but still routed inside some sites
+            return False
+        embedded = address.ipv4_mapped or address.sixtofour
+        if embedded is None and any(address in net for net in _IPV4_IN_LOW_BITS):
+            embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        if embedded is not None:
+            address = embedded
     return address.is_global and not address.is_multicast
 
 

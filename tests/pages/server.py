@@ -98,6 +98,8 @@ class PageServer:
                 if parts.path == "/slow":
                     time.sleep(0.4)
                     return self._send(200, "Special offer: half price this week only!", "text/plain")
+                if parts.path == "/redirect":  # an open redirect, as many sites have one
+                    return self._send(302, "", headers=[("Location", parse_qs(parts.query).get("to", ["/"])[0])])
                 if parts.path == "/welcome":
                     user = parse_qs(parts.query).get("user", [""])[0]
                     return self._send(
