@@ -142,14 +142,17 @@ def compile_run(
         if not step.get("ok", True) or not step.get("detail"):
             continue
         detail = step["detail"]
+        compiler.switch_tab(detail.get("tab", 0), f"step {n}: {step.get('describe', step['kind'])}")
         url_before = detail.get("url", last_url)
         if url_before != last_url and compiler.ops:
             compiler.add(Op([f"expect(page).to_have_url({url_expr(url_before)})"]))
         last_url = url_before
         compiler.step(n, step["kind"], detail, step.get("describe", step["kind"]))
+    if final is not None:  # the page the end state was read on (no "tab": the first)
+        compiler.switch_tab(final.get("tab", 0), "the end state")
     final_fields = {target_key(item["locator"]): item["state"] for item in (final or {}).get("fields", [])}
     compiler.settle_selects(final_fields)
-    lines: list[str] = []
+    lines: list[str] = ["tabs = [page]"] if compiler.uses_tabs else []
     for op in compiler.ops:
         if op.comment:
             lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment
