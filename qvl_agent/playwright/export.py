@@ -11,6 +11,7 @@ using Playwright's sync API, importing nothing from qvl_agent, that
     every selected option, other clicks `click`, at the run's own point inside the element where a centre
     click would act elsewhere; keys the page listens to stay key presses; only a click whose element had
     no unique locator falls back to the recorded CSS pixel,
+  - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
   - waits the way Playwright recommends: auto-waiting locator actions and `expect(page).to_have_url`
     after a step that navigated, never fixed sleeps,
   - ends with `expect` assertions on the final state that the steps produce (`assertions.py`): values of

@@ -13,6 +13,8 @@ actions the offset inside the element and whether its centre would hit another t
     the keys stay keys (`press_sequentially`, `press`);
   - select-all is a real key press: it is folded only into typing that replaces the selection;
   - a `<select>` changed by clicks and keys becomes one `select_option` with every selected option;
+  - a tab the run opened is awaited as a popup of the action before it (`page` becomes the new tab), and a
+    tab the run went back to is taken up again from the script's `tabs`;
   - a step that cannot be expressed becomes a loud comment, and its element goes into `lost`, so that the
     end state checks that depend on it are dropped.
 """
