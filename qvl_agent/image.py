@@ -151,19 +151,26 @@ def load_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_FILE_PIXELS, nam
 
 def _decode(source, subject: str, max_pixels: int, source_name: str) -> Screenshot:
     """Decode `source` (a path or a file object); every failure becomes one sentence about `subject`."""
-    from PIL import Image, UnidentifiedImageError
+    import warnings
+
+    from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with Image.open(source) as im:
-            # The header alone gives the size: refuse bombs before decoding a single pixel.
-            w, h = im.size
-            if w * h > max_pixels:
-                raise ImageError(
-                    f"{subject} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
-                    "resize it or capture a region."
-                )
-            im.load()
-            return Screenshot.from_pil(im, source=source_name)
+        with warnings.catch_warnings():
+            # Our own limit, said in one sentence, comes before Pillow's warning about bombs.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(source) as im:
+                # The header alone gives the size: refuse bombs before decoding a single pixel.
+                w, h = im.size
+                if w * h > max_pixels:
+                    raise ImageError(
+                        f"{subject} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
+                        "resize it or capture a region."
+                    )
+                im.load()
+                # A photo's EXIF orientation: the model sees it, and points land on it, the way viewers show
+                # it (as transformers' own image loader does).
+                return Screenshot.from_pil(ImageOps.exif_transpose(im), source=source_name)
     except ImageError:
         raise
     except UnidentifiedImageError:

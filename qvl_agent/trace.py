@@ -140,14 +140,57 @@ def read_trace(directory: str | os.PathLike) -> Trace:
                 continue
             kind = record.get("type") if isinstance(record, dict) else None
             if kind == "run":
-                trace.run = record
-            elif kind == "step":
+                trace.run = _text_fields(record)
+            elif kind == "step" and _well_formed_step(record):
                 trace.steps.append(record)
             elif kind == "end":
-                trace.end = record
+                trace.end = _text_fields(record)
             else:
                 trace.damaged_lines += 1
     return trace
+
+
+# What the records hold, by type: a line of valid JSON in another shape (edited by hand, or written by
+# something else) must not trip `trace show`, `trace list` or `trace report`. A step record that does not
+# fit is a damaged line; a run or end record keeps only its fields that fit.
+_STEP_FIELDS = {
+    "step": int, "reply": str, "error": str, "observation": str, "screenshot": str, "screen": dict, "engine": dict,
+    "timings": dict, "actions": list, "results": list,
+}  # fmt: skip
+_RESULT_FIELDS = {"action": str, "ok": bool, "message": str, "guard": str, "pixels": list, "detail": dict}
+_ACTION_FIELDS = {"action": str, "pixels": int | float}
+_RUN_END_TEXT = ("task", "engine", "executor", "mode", "started", "finished", "status", "answer", "message")
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _fits(record: dict, fields: dict) -> bool:
+    return all(name not in record or isinstance(record[name], kind) for name, kind in fields.items())
+
+
+def _well_formed_step(record: dict) -> bool:
+    if not isinstance(record.get("step"), int) or not _fits(record, _STEP_FIELDS):
+        return False
+    if not all(_number(v) for v in (record.get("screen") or {}).values()):
+        return False
+    if not all(_number(v) for v in (record.get("timings") or {}).values()):
+        return False
+    if not all(isinstance(a, dict) and _fits(a, _ACTION_FIELDS) for a in record.get("actions") or []):
+        return False
+    for result in record.get("results") or []:
+        if not isinstance(result, dict) or not _fits(result, _RESULT_FIELDS):
+            return False
+        pixels = result.get("pixels") or []
+        if not all(isinstance(p, list) and len(p) == 2 and all(_number(v) for v in p) for p in pixels):
+            return False
+    return True
+
+
+def _text_fields(record: dict) -> dict:
+    """A run or end record without the fields that should be text and are not."""
+    return {k: v for k, v in record.items() if k not in _RUN_END_TEXT or isinstance(v, str)}
 
 
 @dataclass(frozen=True)

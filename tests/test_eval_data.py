@@ -227,3 +227,35 @@ def test_a_second_evaluation_into_the_same_folder_leaves_no_pictures_of_the_firs
         outcomes = evaluate(ReplayEngine(replies), items, out, progress=None)
         write_screenspot_report(out, outcomes, summarize(outcomes))
     assert sorted(p.name for p in (out / "samples").iterdir()) == ["hit-1.png", "hit-2.png", "miss-1.png"]
+
+
+def test_locate_on_a_turned_photo_answers_in_pixels_as_it_is_shown_and_a_huge_image_in_one_sentence(tmp_path):
+    """A phone photo stored 400x200 with EXIF orientation 6 is shown (and seen by the model) 200x400; an
+    image over the pixel limit is refused in one sentence, without Pillow's warning before it."""
+    photo = tmp_path / "photo.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 degrees clockwise to show
+    Image.new("RGB", (400, 200), (200, 30, 30)).save(photo, exif=exif.tobytes())
+    replies = tmp_path / "r.json"
+    call = {"name": "computer_use", "arguments": {"action": "left_click", "coordinate": [500, 250]}}
+    replies.write_text(json.dumps(["<tool_call>\n" + json.dumps(call) + "\n</tool_call>"]))
+    done = run_cli("locate", "--image", str(photo), "--engine", f"replay:{replies}", "the red thing")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["100", "100"]  # half across 200, a quarter down 400
+    huge = tmp_path / "huge.png"
+    Image.new("1", (12000, 8000)).save(huge)  # 96 million pixels, over Pillow's own warning limit too
+    refused = run_cli("locate", "--image", str(huge), "--engine", f"replay:{replies}", "x")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"qvl-agent: {huge} is 12000x8000 = 96,000,000 pixels, over the limit of 64,000,000 pixels; "
+        "resize it or capture a region."
+    ]
+    # ScreenSpot data on such a photo: the box is in the pixels as shown, and the hit is judged there.
+    rows = [{"img_filename": "photo.jpg", "bbox": [90, 90, 20, 20], "instruction": "red", "data_type": "icon"}]
+    (tmp_path / "set.json").write_text(json.dumps(rows))
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.eval.screenspot import evaluate
+
+    engine = ReplayEngine(["<tool_call>\n" + json.dumps(call) + "\n</tool_call>"])
+    outcomes = evaluate(engine, load_dataset(tmp_path / "set.json"), tmp_path / "out", progress=None)
+    assert [o.hit for o in outcomes] == [True] and outcomes[0].point == (100, 100)

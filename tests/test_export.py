@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -426,3 +427,46 @@ def test_a_drag_and_a_hover_keep_their_points_inside_elements_that_care():
         'page.get_by_role("button", name="Go", exact=True).hover()',
         'page.get_by_role("textbox", name="Name", exact=True).hover(position={"x": 40, "y": 5})',
     ]
+
+
+def test_a_tab_the_run_opened_is_awaited_as_a_popup_and_an_earlier_tab_taken_up_again():
+    survey = "http://127.0.0.1:8000/survey.html"
+    link = {"kind": "role", "role": "link", "name": "Survey"}
+    steps = [
+        step("left_click", link, {"tag": "a"}, {"tag": "a"}, pixels=[[1, 1]]),
+        step("left_click", NAME, text(""), text(""), url=survey, tab=1, pixels=[[2, 2]]),
+        step("type", NAME, text(""), text("Ada"), url=survey, tab=1, text="Ada"),
+        step("left_click", GO, {"tag": "button"}, {"tag": "button"}, pixels=[[3, 3]]),  # back in the first tab
+    ]
+    source = compile_run(URL, steps, {"url": URL, "fields": [], "new_text": []}).source
+    check_script(source)
+    assert body(source) == [
+        "tabs = [page]",
+        "with page.expect_popup() as popup:",
+        'page.get_by_role("link", name="Survey", exact=True).click()',
+        "page = popup.value",
+        "tabs.append(page)",
+        'expect(page).to_have_url(origin + "/survey.html")',
+        'page.get_by_role("textbox", name="Name", exact=True).fill("Ada")',  # never folded across tabs
+        "page = tabs[0]",
+        "page.bring_to_front()",
+        'expect(page).to_have_url(origin + "/form.html")',
+        'page.get_by_role("button", name="Go", exact=True).click()',
+        'expect(page).to_have_url(origin + "/form.html")',
+    ]
+    # A run that ends in the tab it opened checks the end state there.
+    final = {"url": survey, "tab": 1, "fields": [], "new_text": []}
+    lines = body(compile_run(URL, steps[:1], final).source)
+    end = 'expect(page).to_have_url(origin + "/survey.html")'
+    assert lines[-3:] == ["page = popup.value", "tabs.append(page)", end]
+
+
+def test_text_that_appeared_is_checked_with_any_digits_where_it_had_digits():
+    final = {"url": URL, "fields": [], "new_text": ["Ticket 40213 opened at 10:42", "Saved (2 files)", "Done"]}
+    source = compile_run(URL, [step("left_click", GO, {"tag": "button"}, None, pixels=[[1, 1]])], final).source
+    check_script(source)
+    checks = [line for line in body(source) if "get_by_text" in line]
+    patterns = [ast.literal_eval(line.split("re.compile(")[1].split(")).first")[0]) for line in checks[:2]]
+    assert re.fullmatch(patterns[0], "\n  Ticket 97 opened  at 9:05 ") and not re.search(patterns[0], "Ticket opened")
+    assert re.fullmatch(patterns[1], "Saved (13 files)") and not re.search(patterns[1], "Saved 13 files")
+    assert checks[2] == 'expect(page.get_by_text("Done", exact=True)).to_be_visible()'

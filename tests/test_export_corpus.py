@@ -1,7 +1,8 @@
 """A corpus of pages where a naive export fails to replay a successful run: date and time inputs typed as
 keystrokes, a multi-select picked with Ctrl, a field that clears itself on every key, a contenteditable
 editor, copy and paste through the clipboard, a double click on one word, a custom dropdown beside a native
-select changed by typing, a slider dragged to a point, and a wizard over two pages.
+select changed by typing, a slider dragged to a point, a wizard over two pages, a survey in a tab of its own that
+closes itself, and a form whose element ids and ticket number are made up anew on every load.
 
 Each case drives `qvl-agent browse` with a replayed model whose coordinates come from the page's real
 element geometry, checks what the page posted to the test server, exports the run, replays the script with
@@ -195,6 +196,45 @@ CASES = [
         None,  # what the slider reads at that point: the run's own record, reproduced
         ["source_position=", "target_position="],
         plausible=lambda record: 60 <= record["volume"] <= 90,  # well off both ends, near three quarters
+    ),
+    Case(
+        "portal.html",
+        "Answer the survey as Ada, then finish",
+        [
+            ("measure", "#go"),
+            ("goto", "survey.html"),
+            ("measure", "#name"),
+            ("measure", "#send"),
+            ("goto", "portal.html"),
+            ("measure", "#finish"),
+        ],
+        lambda at: [
+            click_at(at["#go"]),  # opens the survey in a new tab
+            click_at(at["#name"]),
+            typed("Ada"),
+            click_at(at["#send"]),  # the survey tab closes itself: back to the portal
+            click_at(at["#finish"]),
+            DONE,
+        ],
+        "survey",
+        {"name": "Ada"},
+        ["with page.expect_popup() as popup:", "page = tabs[0]"],
+    ),
+    Case(
+        "ticket.html",
+        "Open a support ticket saying the printer is broken",
+        [("measure", "#start"), ("click", "#start"), ("measure", "#form input"), ("measure", "#form span")],
+        lambda at: [
+            click_at(at["#start"]),
+            call(action="wait", time=1),  # the form comes after a moment
+            click_at(at["#form input"]),
+            typed("The printer is broken"),
+            click_at(at["#form span"]),
+            DONE,
+        ],
+        "ticket",
+        {"text": "The printer is broken"},
+        ['page.locator("#form > input").fill("The printer is broken")', r're.compile("^\\s*Ticket\\s+\\d+\\s+opened'],
     ),
     Case(
         "trip.html",

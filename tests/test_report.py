@@ -202,3 +202,36 @@ def test_trace_show_and_list_escape_the_models_control_characters(tmp_path):
         assert "tidy \\x1b]0;OWNED\\x07 up" in shown.stdout
     shown = run_cli("trace", "show", env=env).stdout
     assert "sure\\x1b[2J" in shown and "\\x1b[31mdone\\u202e" in shown and "second line" in shown
+
+
+def test_trace_records_of_another_shape_are_skipped_as_damaged_not_fatal(tmp_path):
+    """Lines that are valid JSON but not what qvl-agent writes (a trace edited by hand, or by another tool)
+    are counted as damaged; `trace show`, `trace list` and `trace report` still work, with one note."""
+    runs = tmp_path / "data" / "qvl-agent" / "runs"
+    writer = TraceWriter(runs / "20260101-000000-1")
+    writer.start(task=["not", "text"], engine="replay", executor="dry-run", mode="dry-run", started=[2026])
+    good = {"step": 1, "reply": "fine", "results": [{"action": "wait", "ok": True, "message": "waited"}]}
+    writer.step(good)
+    for bad in (
+        {"step": "2"},
+        {"step": 3, "results": [1, 2]},
+        {"step": 4, "reply": None},
+        {"step": 5, "timings": {"model_ms": [1]}},
+        {"step": 6, "screen": {"width": "wide"}},
+        {"step": 7, "results": [{"action": "left_click", "ok": True, "pixels": [[1, 2, 3]]}]},
+        {"step": 8, "actions": [{"action": "scroll", "pixels": [3]}], "results": [{"action": "scroll"}]},
+    ):
+        writer.step(bad)
+    writer.end(status={"odd": 1}, steps=8, message="done")
+    writer.close()
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    shown = run_cli("trace", "show", env=env)
+    assert shown.returncode == 0 and not shown.stderr, shown.stderr
+    assert "step 1" in shown.stdout and "fine" in shown.stdout and "step 2" not in shown.stdout
+    assert "7 damaged line(s) skipped" in shown.stdout
+    listed = run_cli("trace", "list", env=env)
+    assert listed.returncode == 0 and not listed.stderr, listed.stderr
+    assert "20260101-000000-1" in listed.stdout and "1 steps" in listed.stdout
+    made = run_cli("trace", "report", env=env)
+    assert made.returncode == 0 and not made.stderr, made.stderr
+    assert (runs / "20260101-000000-1" / "report.html").read_text(encoding="utf-8").count("<section") == 1

@@ -105,7 +105,7 @@ class BrowserExecutor:
         self._page_closed = False
         self._watched: list = []
         self._failed_navigation = ""
-        self._touched: list[Located] = []
+        self._touched: list[tuple[object, Located]] = []  # (the page it is on, the element)
         self._text_before_last_click: str | None = None
         # --allow-domain: navigations to other hosts are aborted and reported with the next action's result.
         start_host = urlsplit(url).hostname
@@ -161,6 +161,10 @@ class BrowserExecutor:
         """A link that opens a new tab: the run follows it, as a person would."""
         self._watch(page)
         self.page = page
+
+    def _tab(self) -> int:
+        """Which of the run's pages the current one is: 0 the first, then in the order they opened."""
+        return next((i for i, seen in enumerate(self._watched) if seen is self.page), 0)
 
     def _on_close(self, page) -> None:
         if page is self.page:
@@ -254,6 +258,8 @@ class BrowserExecutor:
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         self._check_alive()
         detail: dict = {"url": self.page.url}
+        if self._tab():  # the exporter follows the run into a tab it opened (or back)
+            detail["tab"] = self._tab()
         self._last_url = detail["url"]
         try:
             self._perform(action, shot, detail)
@@ -317,7 +323,7 @@ class BrowserExecutor:
         detail.setdefault("locator", located.locator)
         detail.setdefault("element", located.element)
         if located.handle is not None and located.locator["kind"] != "point":
-            self._touched.append(located)
+            self._touched.append((self.page, located))
             if "offset" not in detail:  # where inside the element: the replay acts at the run's own point
                 detail.update(point_on(located.handle, px, py))
         return px, py, located
@@ -328,7 +334,7 @@ class BrowserExecutor:
             detail["locator"] = located.locator
             detail["element"] = located.element
             detail["before"] = element_state(located.handle)
-            self._touched.append(located)
+            self._touched.append((self.page, located))
         return located
 
     def _perform(self, action: A.Action, shot: Screenshot, detail: dict) -> None:
@@ -397,12 +403,14 @@ class BrowserExecutor:
             return ""
 
     def final_state(self) -> dict:
-        """What the page shows now: URL, the state of every element the run touched that is still there
-        and unique, and short lines of text that appeared after the last click. Checked in the live page,
-        so `export` only asserts what holds."""
+        """What the page shows now: URL, which tab it is, the state of every element the run touched on it
+        that is still there and unique, and short lines of text that appeared after the last click. Checked
+        in the live page, so `export` only asserts what holds."""
         self._check_alive()
         fields, seen = [], set()
-        for located in reversed(self._touched):
+        for page, located in reversed(self._touched):
+            if page is not self.page:
+                continue  # an element in another tab: the script's end-state checks look at this one
             key = repr(sorted(located.locator.items()))
             if key in seen:
                 continue
@@ -424,7 +432,10 @@ class BrowserExecutor:
                         pass
                 if len(new_text) == 3:
                     break
-        return {"url": self.page.url, "fields": fields[::-1], "new_text": new_text}
+        final = {"url": self.page.url, "fields": fields[::-1], "new_text": new_text}
+        if self._tab():
+            final["tab"] = self._tab()
+        return final
 
 
 def _allowed(host: str, domains: tuple[str, ...]) -> bool:

@@ -158,12 +158,14 @@ def _box(raw: dict, layout: str, where: str, size: tuple[int, int]) -> tuple[flo
 
 
 def _image_size(image: Path) -> tuple[int, int]:
-    """The image's size from its header alone: an unreadable image is refused before a model loads."""
+    """The image's size from its header alone, as shown (a photo's EXIF orientation turned, as `load_image`
+    turns it): an unreadable image is refused before a model loads."""
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(image) as im:
-            return im.size
+            turned = im.getexif().get(0x0112) in (5, 6, 7, 8)  # orientations a quarter turn away
+            return im.size[::-1] if turned else im.size
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         raise UsageError(f"{image} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
 
@@ -289,10 +291,10 @@ def summarize(outcomes: list[Outcome]) -> list[str]:
 
 
 def _draw(outcome: Outcome, path: Path) -> None:
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageOps
 
     with Image.open(outcome.item.image) as img:
-        img = img.convert("RGB")
+        img = ImageOps.exif_transpose(img).convert("RGB")
         draw = ImageDraw.Draw(img)
         width = max(2, img.width // 400)
         draw.rectangle(outcome.item.box, outline=(0, 170, 0), width=width)

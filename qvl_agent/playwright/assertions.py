@@ -7,6 +7,8 @@ only checks that the exported steps produce and that Playwright can make on that
   - a checkbox or radio: `to_be_checked` / `not_to_be_checked`;
   - a multi-select: `to_have_values` with every selected value; a select, input or textarea: `to_have_value`;
   - a contenteditable element (no form value): `to_have_text` of its rendered text;
+  - text that appeared after the last click: visible, its digits matching any digits (an order number or
+    a time is made up anew on the replay);
   - nothing on an element whose step the script could not express (`lost`), and then no new-text checks
     either, since what appeared may have come from that step.
 """
@@ -14,6 +16,7 @@ only checks that the exported steps produce and that Playwright can make on that
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 from qvl_agent.playwright.steps import comment_text, python_locator, q, target_key
@@ -57,5 +60,16 @@ def end_state_assertions(
     if new_text and lost:
         lines.append("# not checked: the text that appeared at the end (it may come from a step not replayed)")
     else:
-        lines.extend(f"expect(page.get_by_text({q(text)}, exact=True)).to_be_visible()" for text in new_text)
+        lines.extend(text_check(text) for text in new_text)
     return lines
+
+
+def text_check(text: str) -> str:
+    """The check that `text` (a line that appeared after the last click) is on the page. Its digits may be
+    an order number, a count or a time the page makes up anew on the replay: they match any digits."""
+    if not re.search(r"[0-9]", text):
+        return f"expect(page.get_by_text({q(text)}, exact=True)).to_be_visible()"
+    # Playwright matches a pattern against the element's raw text: any white space where the line has some.
+    words = (r"\s+".join(re.escape(w) for w in re.split(r"\s+", part)) for part in re.split(r"[0-9]+", text))
+    pattern = r"^\s*" + r"\d+".join(words) + r"\s*$"
+    return f"expect(page.get_by_text(re.compile({q(pattern)})).first).to_be_visible()"

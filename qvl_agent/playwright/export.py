@@ -11,6 +11,7 @@ using Playwright's sync API, importing nothing from qvl_agent, that
     every selected option, other clicks `click`, at the run's own point inside the element where a centre
     click would act elsewhere; keys the page listens to stay key presses; only a click whose element had
     no unique locator falls back to the recorded CSS pixel,
+  - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
   - waits the way Playwright recommends: auto-waiting locator actions and `expect(page).to_have_url`
     after a step that navigated, never fixed sleeps,
   - ends with `expect` assertions on the final state that the steps produce (`assertions.py`): values of
@@ -142,14 +143,17 @@ def compile_run(
         if not step.get("ok", True) or not step.get("detail"):
             continue
         detail = step["detail"]
+        compiler.switch_tab(detail.get("tab", 0), f"step {n}: {step.get('describe', step['kind'])}")
         url_before = detail.get("url", last_url)
         if url_before != last_url and compiler.ops:
             compiler.add(Op([f"expect(page).to_have_url({url_expr(url_before)})"]))
         last_url = url_before
         compiler.step(n, step["kind"], detail, step.get("describe", step["kind"]))
+    if final is not None:  # the page the end state was read on (no "tab": the first)
+        compiler.switch_tab(final.get("tab", 0), "the end state")
     final_fields = {target_key(item["locator"]): item["state"] for item in (final or {}).get("fields", [])}
     compiler.settle_selects(final_fields)
-    lines: list[str] = []
+    lines: list[str] = ["tabs = [page]"] if compiler.uses_tabs else []
     for op in compiler.ops:
         if op.comment:
             lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment

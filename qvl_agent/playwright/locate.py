@@ -54,12 +54,26 @@ _TARGET_JS = """
 _INFO_JS = """
 (t) => {
   const norm = s => (s || '').replace(/\\s+/g, ' ').trim();
+  // An id that switches between letters and digits this often ("fc89yzs", "r-3Xk9") was generated when the
+  // page loaded and will differ on the replay (Playwright's own selector generator skips the same ones).
+  const generated = (id) => {
+    let last = '', changes = 0;
+    for (const c of id) {
+      if (c === '-' || c === '_') continue;
+      const kind = c >= 'a' && c <= 'z' ? 'lower' : c >= 'A' && c <= 'Z' ? 'upper'
+        : c >= '0' && c <= '9' ? 'digit' : 'other';
+      if (!(kind === 'lower' && last === 'upper') && last && last !== kind) changes++;
+      last = kind;
+    }
+    return changes >= id.length / 4;
+  };
+  const stableId = (el) => el.id && /^[A-Za-z][\\w-]*$/.test(el.id) && !generated(el.id)
+    && document.querySelectorAll('#' + el.id).length === 1;
   const cssPath = (el) => {
-    if (el.id && /^[A-Za-z][\\w-]*$/.test(el.id) && document.querySelectorAll('#' + el.id).length === 1)
-      return '#' + el.id;
+    if (stableId(el)) return '#' + el.id;
     const parts = [];
     while (el && el.nodeType === 1 && el !== document.documentElement) {
-      if (el.id && /^[A-Za-z][\\w-]*$/.test(el.id) && document.querySelectorAll('#' + el.id).length === 1) {
+      if (stableId(el)) {
         parts.unshift('#' + el.id); break;
       }
       let part = el.tagName.toLowerCase();

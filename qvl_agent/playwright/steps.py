@@ -13,6 +13,8 @@ actions the offset inside the element and whether its centre would hit another t
     the keys stay keys (`press_sequentially`, `press`);
   - select-all is a real key press: it is folded only into typing that replaces the selection;
   - a `<select>` changed by clicks and keys becomes one `select_option` with every selected option;
+  - a tab the run opened is awaited as a popup of the action before it (`page` becomes the new tab), and a
+    tab the run went back to is taken up again from the script's `tabs`;
   - a step that cannot be expressed becomes a loud comment, and its element goes into `lost`, so that the
     end state checks that depend on it are dropped.
 """
@@ -135,6 +137,9 @@ class StepCompiler:
     ops: list[Op] = field(default_factory=list)
     unexpressed: list[str] = field(default_factory=list)
     lost: set[str] = field(default_factory=set)
+    tab: int = 0  # the tab the steps act in now
+    tabs_opened: int = 1
+    uses_tabs: bool = False  # the replay keeps a `tabs` list
 
     def add(self, op: Op) -> None:
         self.ops.append(op)
@@ -336,6 +341,32 @@ class StepCompiler:
             else:
                 op.code, op.kind = [line], "select"
                 op.comment += "; the list ended on this choice"
+
+    # --- tabs -------------------------------------------------------------------------------------------
+
+    def switch_tab(self, tab: int, note: str) -> None:
+        """The run went on in tab `tab` (0 the first page, then in the order tabs opened): a tab opened
+        since the last step was opened by the last action, so that action waits for the popup and `page`
+        becomes it; an older tab is taken up again from `tabs`."""
+        if tab == self.tab:
+            return
+        self.uses_tabs = True
+        if tab >= self.tabs_opened:
+            self.tabs_opened = tab + 1
+            opener = next((op for op in reversed(self.ops) if op.code and op.kind != "lost"), None)
+            if opener is None:
+                self.lose(None, note, "a tab opened before anything the script does")
+                return
+            opener.code = [
+                "with page.expect_popup() as popup:",
+                *(f"    {line}" for line in opener.code),
+                "page = popup.value",
+                "tabs.append(page)",
+            ]
+            opener.kind = "popup"  # never folded into a later fill of the same locator in the new tab
+        else:
+            self.add(Op([f"page = tabs[{tab}]", "page.bring_to_front()"], comment=f"{note} (back to an earlier tab)"))
+        self.tab = tab
 
     def lose(self, locator: dict | None, note: str, why: str) -> None:
         """A step the script cannot express: a loud comment, and its element's end state is not checked."""
