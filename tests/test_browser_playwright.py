@@ -47,6 +47,15 @@ def server():
     srv.stop()
 
 
+def verify(server, replay, out, *args):
+    """`playwright --verify` on the login page with the replayed replies, the script written to `out`."""
+    return run_cli(
+        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
+        "-o", str(out), *args,
+        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(out.parent / "config")}, timeout=240,
+    )  # fmt: skip
+
+
 def test_verify_feeds_a_failing_script_back_and_keeps_the_one_that_passes(tmp_path, server):
     marker = tmp_path / "evil-ran"
     replies = [
@@ -156,11 +165,7 @@ def test_a_failed_verification_shows_the_scripts_own_error_and_keeps_the_last_at
     wrong = SCRIPT.format(url=server.url, button="Log in")
     replay = write_replay(tmp_path / "replies.json", [wrong, wrong])
     out = tmp_path / "login.py"
-    result = run_cli(
-        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
-        "--attempts", "2", "--timeout", "20", "-o", str(out), "Sign in as grace",
-        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
-    )  # fmt: skip
+    result = verify(server, replay, out, "--attempts", "2", "--timeout", "20", "Sign in as grace")
     assert result.returncode == 1, result.stderr
     # Playwright's own message (the locator it waited for), not an empty line or a bare timeout.
     failure = result.stderr.split("attempt 1: running it failed: it exited with status 1:", 1)[1]
@@ -174,11 +179,7 @@ def test_a_failed_verification_shows_the_scripts_own_error_and_keeps_the_last_at
 def test_files_the_verified_script_wrote_are_kept_beside_it(tmp_path, server):
     replay = write_replay(tmp_path / "replies.json", [SHOT.format(url=server.url)])
     out = tmp_path / "shot.py"
-    result = run_cli(
-        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
-        "-o", str(out), "Take a screenshot",
-        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
-    )  # fmt: skip
+    result = verify(server, replay, out, "Take a screenshot")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "login.png").read_bytes().startswith(b"\x89PNG")
     assert "login.png" in result.stderr
@@ -225,11 +226,7 @@ with sync_playwright() as p:
 def test_a_scripts_output_and_file_names_never_reach_the_terminal_as_control_sequences(tmp_path, server):
     replay = write_replay(tmp_path / "replies.json", [HOSTILE_OUTPUT, HOSTILE_NAME])
     out = tmp_path / "hostile.py"
-    result = run_cli(
-        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
-        "--attempts", "2", "-o", str(out), "Do it",
-        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
-    )  # fmt: skip
+    result = verify(server, replay, out, "--attempts", "2", "Do it")
     assert result.returncode == 0, result.stderr
     assert "\x1b" not in result.stderr and "\x07" not in result.stderr
     assert "\\x1b]0;pwned" in result.stderr and "cleared" in result.stderr  # shown, escaped
@@ -258,11 +255,7 @@ def test_a_download_under_a_name_that_runs_by_itself_is_not_kept(tmp_path, serve
     # pytest would import conftest.py from the folder the person saved the script in.
     replay = write_replay(tmp_path / "replies.json", [DOWNLOADS])
     out = tmp_path / "get.py"
-    result = run_cli(
-        "playwright", "--url", server.url + "/login.html", "--engine", f"replay:{replay}", "--verify",
-        "-o", str(out), "Download the report",
-        env={"QVL_BROWSER": CHROMIUM, "QVL_CONFIG_DIR": str(tmp_path / "config")}, timeout=240,
-    )  # fmt: skip
+    result = verify(server, replay, out, "Download the report")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "report.csv").read_text() == "a,b"
     assert not (tmp_path / "conftest.py").exists()
