@@ -149,8 +149,8 @@ def workspace(tmp_path, x_display):
     home.mkdir()
     Image.new("RGB", (1280, 800), (236, 239, 244)).save(work / "shot.png")
     replies = tmp_path / "any-model.json"
-    click_then_stop = _reply(action="left_click", coordinate=[500, 500]) + "\n" + _reply(
-        action="terminate", status="success"
+    click_then_stop = (
+        _reply(action="left_click", coordinate=[500, 500]) + "\n" + _reply(action="terminate", status="success")
     )
     replies.write_text(json.dumps([click_then_stop] * 50))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QVL_", "XDG_"))}
