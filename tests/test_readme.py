@@ -1,11 +1,12 @@
 """README.md's examples, typed as a newcomer would type them.
 
 Every ```console block either runs here or carries, on the line just above it, a comment that says why
-not (`<!-- not run: REASON -->`). In a block, `$ ` starts a command, `> ` continues it (a backslash line
-or a here-document) and any other line is output the reader is shown, which must appear in what the
-commands print. The blocks run in order, each as one bash script under `set -e`, in one working folder
-and a fresh home folder, so a later block may use the files an earlier one made. A block exits 0 unless
-a comment above it says `<!-- exit status: N -->`.
+not (`<!-- not run: REASON -->`). A block without prompts is commands only (it pastes as it is); in a
+block with prompts, `$ ` starts a command, `> ` continues it (a backslash line or a here-document) and
+any other line is output the reader is shown, which must appear in what the commands print. The blocks
+run in order, each as one bash script under `set -e`, in one working folder and a fresh home folder, so
+a later block may use the files an earlier one made. A block exits 0 unless a comment above it says
+`<!-- exit status: N -->`.
 
 Where a command needs a model and names none, the replay engine answers (QVL_ENGINE): each reply is a
 click in the middle of the screen and then `terminate`, which `ask`, `locate`, `run` and `browse` all
@@ -47,10 +48,11 @@ class Block:
     output: list[str] = field(default_factory=list)  # lines shown as output
 
     def __post_init__(self):
+        if not any(text.startswith("$ ") for text in self.lines):
+            self.commands = list(self.lines)  # no prompts: commands only, to paste as they are
+            return
         for text in self.lines:
-            if text.startswith("$ "):
-                self.commands.append(text[2:])
-            elif text.startswith("> ") or text == ">":
+            if text.startswith(("$ ", "> ")) or text == ">":
                 self.commands.append(text[2:])
             elif text.strip():
                 self.output.append(text.strip())
@@ -88,8 +90,9 @@ BLOCKS = console_blocks(README.read_text(encoding="utf-8"))
 def test_every_console_block_runs_or_says_why_not():
     assert len(BLOCKS) >= 8
     for block in BLOCKS:
-        assert block.commands, f"{block.where()}: a console block needs `$ ` before each command"
-        assert block.lines[0].startswith("$ "), f"{block.where()}: the block must start with a command"
+        assert any(c.strip() for c in block.commands), f"{block.where()}: an empty console block"
+        first = block.lines[0]
+        assert not block.output or first.startswith("$ "), f"{block.where()}: output before the first command"
     marked = [b for b in BLOCKS if b.not_run]
     run = [b for b in BLOCKS if not b.not_run]
     assert len(run) >= 5, "most of README's examples must run; only what cannot run here is marked"
