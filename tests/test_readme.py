@@ -156,7 +156,8 @@ def workspace(tmp_path, x_display):
         _reply(action="left_click", coordinate=[500, 500]) + "\n" + _reply(action="terminate", status="success")
     )
     replies.write_text(json.dumps([click_then_stop] * 50))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("QVL_", "XDG_"))}
+    private = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QVL_") and k not in private}
     env.update(
         HOME=str(home),
         # The qvl-agent and python of this environment, as after `source .venv/bin/activate`.
