@@ -26,7 +26,12 @@ def register(sub) -> None:
     p = sub.add_parser("eval", help="measure accuracy on ScreenSpot or MiniWoB++", description=__doc__.splitlines()[0])
     which = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True, parser_class=type(p))
 
-    s = which.add_parser("screenspot", help="GUI grounding accuracy on a ScreenSpot-format data set")
+    s = which.add_parser(
+        "screenspot",
+        help="GUI grounding accuracy on a ScreenSpot-format data set",
+        description="Ask the model to locate every item of a ScreenSpot, ScreenSpot-v2 or ScreenSpot-Pro data set "
+        "and count a hit when its point is inside the element's box.",
+    )
     s.add_argument("data", metavar="DATA", help="a .json/.jsonl data file, or a folder of them")
     s.add_argument("--limit", type=int, metavar="N", help="only the first N items")
     s.add_argument("--out", metavar="DIR", help="where results.jsonl and report.html go")
@@ -34,12 +39,17 @@ def register(sub) -> None:
     add_engine_args(s)
     s.set_defaults(func=screenspot)
 
-    m = which.add_parser("miniwob", help="MiniWoB++ task success through the browser loop")
+    m = which.add_parser(
+        "miniwob",
+        help="MiniWoB++ task success through the browser loop",
+        description="Run MiniWoB++ tasks (served on 127.0.0.1 from the miniwob package) through the browser "
+        "loop and count the episodes the page rewards.",
+    )
     m.add_argument("--tasks", metavar="A,B,...", help="task names, comma-separated (default: all)")
-    m.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes per task (default 5)")
-    m.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the first episode (default 0)")
+    m.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes per task")
+    m.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the first episode")
     m.add_argument("--out", metavar="DIR", help="where results.jsonl and report.html go")
-    m.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    m.add_argument("--browser", metavar="FILE", help="Chromium (default: $QVL_BROWSER, or find one)")
     add_engine_args(m)
     m.set_defaults(func=miniwob)
 
