@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from qvl_agent import capture
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.cli import (
@@ -73,6 +74,9 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
     url = check_url(args.url)
+    if args.headed and capture.display_kind() in ("none", "wayland"):  # Chromium's window needs an X display
+        raise UsageError("--headed shows the browser window, but there is no display here (DISPLAY is not set): "
+                         "run without --headed to browse headless.")  # fmt: skip
     secrets = secrets_from_args(args)
     allowed = [_check_host(host) for host in args.allow_domain]
     viewport = parse_viewport(args.viewport)

@@ -20,6 +20,7 @@ from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import open_engine
 from qvl_agent.errors import UsageError
+from qvl_agent.eval.report import run_facts
 
 
 def register(sub) -> None:
@@ -77,8 +78,9 @@ def screenspot(args: argparse.Namespace, settings: Settings) -> int:
     out = _out_dir(args.out, "screenspot")
     with open_engine(settings) as engine:
         outcomes = ss.evaluate(engine, items, out)
+        facts = run_facts(settings, engine)
     lines = ss.summarize(outcomes)
-    report = ss.write_screenspot_report(out, outcomes, lines)
+    report = ss.write_screenspot_report(out, outcomes, lines, facts=facts)
     print("\n".join(lines), flush=True)
     print(f"qvl-agent: wrote {out / 'results.jsonl'} and {report}", file=sys.stderr, flush=True)
     return 0
@@ -96,8 +98,9 @@ def miniwob(args: argparse.Namespace, settings: Settings) -> int:
     out = _out_dir(args.out, "miniwob")
     with open_engine(settings) as engine:
         episodes = mw.evaluate(engine, tasks, args.episodes, args.seed, out, args.browser, settings.browser)
+        facts = run_facts(settings, engine)
     lines, rows = mw.summarize(episodes)
-    report = mw.write_miniwob_report(out, episodes, lines, rows)
+    report = mw.write_miniwob_report(out, episodes, lines, rows, facts)
     print("\n".join(lines), flush=True)
     print(f"qvl-agent: wrote {out / 'results.jsonl'} and {report}", file=sys.stderr, flush=True)
     return 0

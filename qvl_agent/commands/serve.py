@@ -3,8 +3,9 @@
     qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token]
 
 Prints the model id that requests name, then the chat page's address with its token
-(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening. `--port 0`
-picks a free port (the printed address has the real one).
+(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening, and last the one
+line a script can wait for: `qvl-agent serve: ready on http://127.0.0.1:PORT`. `--port 0` picks a free port
+(the printed addresses have the real one).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"Model id for requests: {settings.model!r}{also}", flush=True)
         print(f"OpenAI-compatible API: {base}/v1", flush=True)
         print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
+        print(f"qvl-agent serve: ready on {base}", flush=True)  # last: a script can wait for this line
 
     engine = None
     try:

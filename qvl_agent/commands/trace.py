@@ -12,6 +12,7 @@ never ended: a crash leaves every finished step readable).
 from __future__ import annotations
 
 import argparse
+import sys
 import webbrowser
 
 from qvl_agent.actions import printable
@@ -115,6 +116,7 @@ def list_runs(args: argparse.Namespace, settings: Settings) -> int:
 def make_report(args: argparse.Namespace, settings: Settings) -> int:
     path = write_report(args.dir or latest_run())
     print(path)
-    if args.open:
-        webbrowser.open(path.resolve().as_uri())
+    # webbrowser says False when it found nothing to open with (no display and no text browser, say).
+    if args.open and not webbrowser.open(path.resolve().as_uri()):
+        print(f"qvl-agent: no web browser could be started here; open {path} in one yourself.", file=sys.stderr)
     return 0
