@@ -8,8 +8,10 @@ Errors that qvl-agent raises on purpose reach the person as one sentence on stde
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
+from collections.abc import Iterator
 
 from qvl_agent import __version__, config
 from qvl_agent.errors import QvlError, UsageError
@@ -18,24 +20,109 @@ from qvl_agent.errors import QvlError, UsageError
 COMMANDS = ["ask", "locate", "run", "browse", "playwright", "trace", "tray", "serve", "mcp", "eval", "doctor", "bench"]
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option that has a default shows it, as "(default: X)", the same way in every subcommand."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or not _has_default(action):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _has_default(action: argparse.Action) -> bool:
+    """Whether `action` has a default worth showing: flags (on/off) and empty or unset defaults have none."""
+    if not action.option_strings or action.nargs == 0:
+        return False
+    return action.default is not None and action.default is not argparse.SUPPRESS and action.default != []
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # argparse exits 2 too; keep its one-line message
+        from qvl_agent.actions import printable
+
         self.print_usage(sys.stderr)
-        self.exit(2, f"qvl-agent: {message}\n")
+        self.exit(2, f"qvl-agent: {printable(message)}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        # A flag that no parser knows is reported by the parser of the (sub)command it was given to, with the
+        # closest option of that command.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            chain = list(_chosen_parsers(self, parsed))
+            known = [opt for p in chain for a in p._actions for opt in a.option_strings]
+            word = extras[0].split("=", 1)[0]
+            close = difflib.get_close_matches(word, known, n=1) if word.startswith("-") else []
+            owner = next((p for p in chain if close and close[0] in p._option_string_actions), chain[-1])
+            hint = f": did you mean {close[0]}?" if close else f" (see {owner.prog} --help)."
+            owner.error(f"unrecognized argument {extras[0]}{hint}")
+        return parsed
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        # A mistyped subcommand or choice names the closest one instead of listing them all.
+        if action.choices is not None and value not in action.choices:
+            close = difflib.get_close_matches(str(value), [str(c) for c in action.choices], n=1)
+            if close and isinstance(action, argparse._SubParsersAction):
+                raise argparse.ArgumentError(None, f"unknown command {value!r}: did you mean {close[0]!r}?")
+            if close:
+                raise argparse.ArgumentError(action, f"invalid choice {value!r}: did you mean {close[0]!r}?")
+        super()._check_value(action, value)
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction | None:
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def _chosen_parsers(parser: argparse.ArgumentParser, parsed: argparse.Namespace):
+    """The parser, then the parser of each (sub)command that `parsed` chose, outermost first."""
+    while parser is not None:
+        yield parser
+        sub = _subparsers(parser)
+        chosen = getattr(parsed, sub.dest, None) if sub is not None else None
+        parser = sub.choices.get(chosen) if chosen is not None else None
+
+
+def walk_parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator:
+    """(path, parser) for `parser` and every subcommand's parser below it, e.g. (("trace", "list"), p)."""
+    yield path, parser
+    sub = _subparsers(parser)
+    if sub is not None:
+        for name, child in sub.choices.items():
+            yield from walk_parsers(child, (*path, name))
+
+
+def _name_values(parser: argparse.ArgumentParser) -> None:
+    """Options that take a value and were given no metavar get one in capitals: N for a number, else the
+    option's name (argparse would show `--port PORT` but `data` for a positional, and nothing for choices)."""
+    for _, p in walk_parsers(parser):
+        for action in p._actions:
+            if action.nargs == 0 or action.metavar is not None or isinstance(action, argparse._SubParsersAction):
+                continue
+            action.metavar = "N" if action.type in (int, float) else action.dest.upper()
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """--model and --engine, shared by every command that talks to a model."""
-    parser.add_argument("--model", help="model id or local directory (default: Qwen/Qwen3-VL-2B-Instruct)")
-    parser.add_argument("--engine", help="local (default), replay:FILE or openai:URL")
-    parser.add_argument("--device", help=f"{config.DEVICES} (default: auto)")
-    parser.add_argument("--api-key", help="key for --engine openai:URL (default: $QVL_API_KEY)")
+    parser.add_argument(
+        "--model",
+        metavar="MODEL",
+        help=f"model id or local directory (default: the model setting, {config.DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--engine", metavar="ENGINE", help="local, replay:FILE or openai:URL (default: the engine setting, local)"
+    )
+    parser.add_argument("--device", metavar="DEVICE", help=f"{config.DEVICES} (default: the device setting, auto)")
+    parser.add_argument("--api-key", metavar="KEY", help="key for --engine openai:URL (default: $QVL_API_KEY)")
 
 
 def add_image_args(parser: argparse.ArgumentParser) -> None:
     """--image PATH or --screen (one of them is required) and --monitor N, shared by ask and locate."""
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--image", metavar="PATH", help="an image file (PNG, JPEG, WebP, ...)")
+    source.add_argument("--image", metavar="FILE", help="an image file (PNG, JPEG, WebP, ...)")
     source.add_argument("--screen", action="store_true", help="capture the screen now")
     parser.add_argument("--monitor", type=int, metavar="N", help="with --screen: monitor N (1 = first, 0 = all)")
 
@@ -139,10 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # a command this build does not ship
             raise
         module.register(sub)
+    _name_values(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from qvl_agent.actions import printable
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -163,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     except QvlError as exc:
         if args.debug:
             raise
-        print(f"qvl-agent: {exc}", file=sys.stderr)
+        # Messages quote what the person or a data file gave: nothing in them may drive the terminal.
+        print(f"qvl-agent: {printable(str(exc), keep=chr(10))}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("qvl-agent: interrupted.", file=sys.stderr)

@@ -3,7 +3,7 @@
 stateless follow-up's prefill tokens with and without session reuse.
 
 usage: python scripts/serve_bench.py --model DIR [--clients 32] [--requests 3] [--max-tokens 8]
-       python scripts/serve_bench.py --url http://127.0.0.1:8000 --token TOKEN ...
+       python scripts/serve_bench.py --url http://127.0.0.1:8000 --token TOKEN ...  (or $QVL_API_TOKEN)
 
 Without --url it starts `qvl-agent serve --port 0` with the model on the CPU (--device to change) and
 stops it afterwards. Each request carries its own small image and a distinct question.
@@ -15,6 +15,8 @@ import argparse
 import asyncio
 import base64
 import io
+import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -99,15 +101,26 @@ def reuse(url: str, token: str, max_tokens: int) -> None:
             )
 
 
-def main() -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="model directory or id to serve (when no --url is given)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--url", help="an already running server")
-    parser.add_argument("--token", default="bench-token")
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--requests", type=int, default=3, help="requests per client")
-    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--model", metavar="MODEL", help="model directory or id to serve (when no --url is given)")
+    parser.add_argument("--device", default="cpu", metavar="DEVICE")
+    parser.add_argument("--url", metavar="URL", help="an already running server")
+    # serve refuses tokens under 16 characters: the default is a fresh one of 32 (or the person's own).
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        default=os.environ.get("QVL_API_TOKEN") or secrets.token_urlsafe(24),
+        help="the API token: $QVL_API_TOKEN when set, else a fresh random one for the server this script starts",
+    )
+    parser.add_argument("--clients", type=int, default=32, metavar="N")
+    parser.add_argument("--requests", type=int, default=3, metavar="N", help="requests per client")
+    parser.add_argument("--max-tokens", type=int, default=8, metavar="N")
+    return parser
+
+
+def main() -> int:
+    parser = build_parser()
     args = parser.parse_args()
     proc = None
     url = args.url

@@ -68,7 +68,9 @@ def test_the_command_counts_a_model_that_does_nothing_as_failing(tmp_path):
     assert "click-button: 0.00% (0/2), 1.0 steps" in result.stdout
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["success"] for r in rows] == [False, False] and [r["seed"] for r in rows] == [3, 4]
-    assert (out / "report.html").is_file()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "<tr><th>qvl-agent</th>" in page and f"replay file {replay}" in page  # what was measured, and how
+    assert "<td>click-button</td><td>2</td><td>0.00% (0/2)</td><td>1.0</td>" in page  # the printed figures
 
 
 def test_unknown_tasks_and_bad_counts_are_refused_before_anything_runs(tmp_path):

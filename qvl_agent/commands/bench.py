@@ -11,10 +11,11 @@ def register(sub) -> None:
     )
     p.add_argument(
         "--model",
+        metavar="MODEL",
         help="model directory or id (default: random weights in the real 2B shape on a GPU, the tiny shape on a CPU)",
     )
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument("--reps", type=int, default=5, help="runs per scenario; medians are reported")
+    p.add_argument("--device", default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--reps", type=int, default=5, metavar="N", help="runs per scenario; medians are reported")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.set_defaults(func=run)
 

@@ -20,6 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from qvl_agent import capture
 from qvl_agent.act.guard import Guard
 from qvl_agent.agent import Agent
 from qvl_agent.cli import (
@@ -40,14 +41,14 @@ from qvl_agent.trace import TraceWriter, default_trace_dir
 
 def register(sub) -> None:
     p = sub.add_parser("browse", help="carry out a task in a browser page", description=__doc__.splitlines()[0])
-    p.add_argument("--url", required=True, help="the page to start on (http://, https:// or file://)")
+    p.add_argument("--url", required=True, metavar="URL", help="the page to start on (http://, https:// or file://)")
     add_engine_args(p)
     p.add_argument("--export", metavar="FILE", help="write a Playwright script replaying a successful run")
     p.add_argument("--headed", action="store_true", help="show the browser window (default: headless)")
-    p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels (1280x800)")
+    p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels")
     p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps")
     p.add_argument("--trace-dir", metavar="DIR", help="write the run's trace here (default: a new folder)")
-    p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    p.add_argument("--browser", metavar="FILE", help="Chromium (default: $QVL_BROWSER, or find one)")
     add_secret_args(p)
     p.add_argument(
         "--allow-domain",
@@ -73,6 +74,9 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
     url = check_url(args.url)
+    if args.headed and capture.display_kind() in ("none", "wayland"):  # Chromium's window needs an X display
+        raise UsageError("--headed shows the browser window, but there is no display here (DISPLAY is not set): "
+                         "run without --headed to browse headless.")  # fmt: skip
     secrets = secrets_from_args(args)
     allowed = [_check_host(host) for host in args.allow_domain]
     viewport = parse_viewport(args.viewport)

@@ -2,7 +2,8 @@
 
     qvl-agent doctor [--model ...] [--engine ...] [--device ...]
 
-Checks the display server (and, under Wayland, what works through XWayland), the system tray, the GPU,
+Describes the configured engine (the local model and device, the replay file or the remote server), then
+checks the display server (and, under Wayland, what works through XWayland), the system tray, the GPU,
 the model, a browser (searched in the same order as the browser executor), the global-hotkey backend and
 bubblewrap (the sandbox of `playwright --verify`).
 Each line is "ok", "note" (works, with a limitation) or "FAIL" followed by how to fix it. Exit 0 when
@@ -47,6 +48,14 @@ XWAYLAND_NOTE = (
     "windows may capture black or ignore synthetic input on some desktops, and global hotkeys fire only "
     "while an X11 window has focus."
 )
+
+
+def check_engine(settings: Settings) -> Check:
+    """What the model commands will use, as configured (flags over QVL_* variables over the settings file)."""
+    from qvl_agent.engine import describe_engine
+
+    known = settings.engine == "local" or settings.engine.startswith(("replay:", "openai:"))
+    return Check("engine", "ok" if known else "note", describe_engine(settings))
 
 
 def check_display() -> Check:
@@ -241,7 +250,7 @@ def check_sandbox() -> Check:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     display = check_display()
-    checks = [display]
+    checks = [check_engine(settings), display]
     desktop = probe_desktop() if display.level != "fail" else {"error": "no display"}
     checks += [check_tray(desktop), check_gpu(settings), check_model(settings), check_browser(settings)]
     checks.append(check_hotkeys(desktop))

@@ -20,13 +20,19 @@ from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import open_engine
 from qvl_agent.errors import UsageError
+from qvl_agent.eval.report import run_facts
 
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="measure accuracy on ScreenSpot or MiniWoB++", description=__doc__.splitlines()[0])
     which = p.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True, parser_class=type(p))
 
-    s = which.add_parser("screenspot", help="GUI grounding accuracy on a ScreenSpot-format data set")
+    s = which.add_parser(
+        "screenspot",
+        help="GUI grounding accuracy on a ScreenSpot-format data set",
+        description="Ask the model to locate every item of a ScreenSpot, ScreenSpot-v2 or ScreenSpot-Pro data set "
+        "and count a hit when its point is inside the element's box.",
+    )
     s.add_argument("data", metavar="DATA", help="a .json/.jsonl data file, or a folder of them")
     s.add_argument("--limit", type=int, metavar="N", help="only the first N items")
     s.add_argument("--out", metavar="DIR", help="where results.jsonl and report.html go")
@@ -34,12 +40,17 @@ def register(sub) -> None:
     add_engine_args(s)
     s.set_defaults(func=screenspot)
 
-    m = which.add_parser("miniwob", help="MiniWoB++ task success through the browser loop")
+    m = which.add_parser(
+        "miniwob",
+        help="MiniWoB++ task success through the browser loop",
+        description="Run MiniWoB++ tasks (served on 127.0.0.1 from the miniwob package) through the browser "
+        "loop and count the episodes the page rewards.",
+    )
     m.add_argument("--tasks", metavar="A,B,...", help="task names, comma-separated (default: all)")
-    m.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes per task (default 5)")
-    m.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the first episode (default 0)")
+    m.add_argument("--episodes", type=int, default=5, metavar="N", help="episodes per task")
+    m.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the first episode")
     m.add_argument("--out", metavar="DIR", help="where results.jsonl and report.html go")
-    m.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    m.add_argument("--browser", metavar="FILE", help="Chromium (default: $QVL_BROWSER, or find one)")
     add_engine_args(m)
     m.set_defaults(func=miniwob)
 
@@ -67,8 +78,9 @@ def screenspot(args: argparse.Namespace, settings: Settings) -> int:
     out = _out_dir(args.out, "screenspot")
     with open_engine(settings) as engine:
         outcomes = ss.evaluate(engine, items, out)
+        facts = run_facts(settings, engine)
     lines = ss.summarize(outcomes)
-    report = ss.write_screenspot_report(out, outcomes, lines)
+    report = ss.write_screenspot_report(out, outcomes, lines, facts=facts)
     print("\n".join(lines), flush=True)
     print(f"qvl-agent: wrote {out / 'results.jsonl'} and {report}", file=sys.stderr, flush=True)
     return 0
@@ -86,8 +98,9 @@ def miniwob(args: argparse.Namespace, settings: Settings) -> int:
     out = _out_dir(args.out, "miniwob")
     with open_engine(settings) as engine:
         episodes = mw.evaluate(engine, tasks, args.episodes, args.seed, out, args.browser, settings.browser)
+        facts = run_facts(settings, engine)
     lines, rows = mw.summarize(episodes)
-    report = mw.write_miniwob_report(out, episodes, lines, rows)
+    report = mw.write_miniwob_report(out, episodes, lines, rows, facts)
     print("\n".join(lines), flush=True)
     print(f"qvl-agent: wrote {out / 'results.jsonl'} and {report}", file=sys.stderr, flush=True)
     return 0

@@ -27,7 +27,7 @@ def register(sub) -> None:
     )
     p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")
     p.add_argument("--no-token", action="store_true", help="with --http: no bearer token (loopback addresses only)")
-    p.add_argument("--browser", metavar="PATH", help="Chromium for browse (default: $QVL_BROWSER, or find one)")
+    p.add_argument("--browser", metavar="FILE", help="Chromium for browse (default: $QVL_BROWSER, or find one)")
     p.set_defaults(func=run)
 
 

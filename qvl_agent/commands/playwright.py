@@ -33,7 +33,7 @@ def register(sub) -> None:
     p = sub.add_parser(
         "playwright", help="have the model write a Playwright script", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--url", required=True, help="the page the script starts on")
+    p.add_argument("--url", required=True, metavar="URL", help="the page the script starts on")
     p.add_argument("-o", "--output", metavar="FILE", help="write the script here (default: print it)")
     p.add_argument("--verify", action="store_true", help="run each script in a fresh headless browser")
     p.add_argument(
@@ -41,10 +41,10 @@ def register(sub) -> None:
         action="store_true",
         help="with --verify: run scripts with your own rights when the bubblewrap sandbox is not available",
     )
-    p.add_argument("--attempts", type=int, default=3, metavar="N", help="scripts to try at most (default 3)")
-    p.add_argument("--timeout", type=float, default=60, metavar="S", help="seconds a verification may run")
+    p.add_argument("--attempts", type=int, default=3, metavar="N", help="scripts to try at most")
+    p.add_argument("--timeout", type=float, default=60, metavar="SECONDS", help="seconds a verification may run")
     p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels")
-    p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    p.add_argument("--browser", metavar="FILE", help="Chromium (default: $QVL_BROWSER, or find one)")
     add_engine_args(p)
     p.add_argument("task", nargs="+", metavar="TASK", help="what the script should do, in words")
     p.set_defaults(func=playwright_command)

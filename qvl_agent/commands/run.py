@@ -45,7 +45,7 @@ def register(sub) -> None:
     mode.add_argument("--yes", action="store_true", help="run every action without asking")
     mode.add_argument("--dry-run", action="store_true", help="show what would be done; touch nothing")
     p.add_argument("--allow-keys", action="store_true", help="press system key combinations without asking")
-    p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps (default 30)")
+    p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--monitor", type=int, metavar="N", help="work on monitor N only (1 = first)")
     where.add_argument("--region", metavar="X,Y,W,H", help="work inside this rectangle only (pixels)")

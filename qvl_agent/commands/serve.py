@@ -3,8 +3,9 @@
     qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token]
 
 Prints the model id that requests name, then the chat page's address with its token
-(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening. `--port 0`
-picks a free port (the printed address has the real one).
+(http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening, and last the one
+line a script can wait for: `qvl-agent serve: ready on http://127.0.0.1:PORT`. `--port 0` picks a free port
+(the printed addresses have the real one).
 """
 
 from __future__ import annotations
@@ -25,24 +26,26 @@ def register(subparsers) -> None:
         description="Serve the resident model over an OpenAI-compatible HTTP API (/v1/chat/completions) "
         "with a chat page at /.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
+    parser.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to listen on")
+    parser.add_argument("--port", type=int, default=8000, metavar="PORT", help="port; 0 picks a free one")
     add_engine_args(parser)
     parser.add_argument(
         "--no-token", action="store_true", help="accept requests without a token (loopback addresses only)"
     )
-    parser.add_argument("--max-queue", type=int, default=16, help="requests that may wait before 429 (16)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per request before 504 (300)")
-    parser.add_argument("--max-body-mb", type=int, default=64, help="largest request body in MiB (64)")
+    parser.add_argument("--max-queue", type=int, default=16, metavar="N", help="requests that may wait before 429")
     parser.add_argument(
-        "--max-image-pixels", type=int, help="largest image in pixels (default: the max_pixels setting)"
+        "--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds per request before 504"
     )
-    parser.add_argument("--max-images", type=int, default=16, help="images per request before 413 (16)")
+    parser.add_argument("--max-body-mb", type=int, default=64, metavar="MIB", help="largest request body in MiB")
     parser.add_argument(
-        "--max-total-pixels", type=int, default=40_000_000, help="pixels of all images per request (40000000)"
+        "--max-image-pixels", type=int, metavar="N", help="largest image in pixels (default: the max_pixels setting)"
+    )
+    parser.add_argument("--max-images", type=int, default=16, metavar="N", help="images per request before 413")
+    parser.add_argument(
+        "--max-total-pixels", type=int, default=40_000_000, metavar="N", help="pixels of all images per request"
     )
     parser.add_argument(
-        "--max-prompt-tokens", type=int, default=32_768, help="prompt tokens per request before 400 (32768)"
+        "--max-prompt-tokens", type=int, default=32_768, metavar="N", help="prompt tokens per request before 400"
     )
     parser.add_argument(
         "--allow-image-urls",
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"Model id for requests: {settings.model!r}{also}", flush=True)
         print(f"OpenAI-compatible API: {base}/v1", flush=True)
         print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
+        print(f"qvl-agent serve: ready on {base}", flush=True)  # last: a script can wait for this line
 
     engine = None
     try:

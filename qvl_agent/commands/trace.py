@@ -12,6 +12,7 @@ never ended: a crash leaves every finished step readable).
 from __future__ import annotations
 
 import argparse
+import sys
 import webbrowser
 
 from qvl_agent.actions import printable
@@ -24,13 +25,25 @@ from qvl_agent.trace import latest_run, read_trace, run_dirs, runs_root, summari
 def register(sub) -> None:
     p = sub.add_parser("trace", help="list runs, show a run, write its report", description=__doc__.splitlines()[0])
     tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
-    ls = tsub.add_parser("list", help="recent runs, newest first")
-    ls.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="show at most N runs (default 20)")
+    ls = tsub.add_parser(
+        "list",
+        help="recent runs, newest first",
+        description="List recent runs, newest first: folder, start, steps, outcome and task.",
+    )
+    ls.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="show at most N runs")
     ls.set_defaults(func=list_runs)
-    show = tsub.add_parser("show", help="print a run's trace as text")
+    show = tsub.add_parser(
+        "show",
+        help="print a run's trace as text",
+        description="Print one run as text: the task, each step's reply, actions and results, and how it ended.",
+    )
     show.add_argument("dir", nargs="?", metavar="DIR", help="the run's trace folder (default: the latest run)")
     show.set_defaults(func=run)
-    report = tsub.add_parser("report", help="write the run's report.html and print its path")
+    report = tsub.add_parser(
+        "report",
+        help="write the run's report.html and print its path",
+        description="Write the run's visual report (DIR/report.html) and print its path.",
+    )
     report.add_argument("dir", nargs="?", metavar="DIR", help="the run's trace folder (default: the latest run)")
     report.add_argument("--open", action="store_true", help="open the report in the web browser")
     report.set_defaults(func=make_report)
@@ -103,6 +116,7 @@ def list_runs(args: argparse.Namespace, settings: Settings) -> int:
 def make_report(args: argparse.Namespace, settings: Settings) -> int:
     path = write_report(args.dir or latest_run())
     print(path)
-    if args.open:
-        webbrowser.open(path.resolve().as_uri())
+    # webbrowser says False when it found nothing to open with (no display and no text browser, say).
+    if args.open and not webbrowser.open(path.resolve().as_uri()):
+        print(f"qvl-agent: no web browser could be started here; open {path} in one yourself.", file=sys.stderr)
     return 0

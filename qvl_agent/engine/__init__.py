@@ -11,7 +11,7 @@ from qvl_agent.config import Settings
 from qvl_agent.engine.base import STATS_KEYS, Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import UsageError
 
-__all__ = ["Engine", "GenerationOptions", "STATS_KEYS", "Session", "TurnStats", "open_engine"]
+__all__ = ["Engine", "GenerationOptions", "STATS_KEYS", "Session", "TurnStats", "describe_engine", "open_engine"]
 
 
 def open_engine(settings: Settings, spec: str | None = None) -> Engine:
@@ -30,3 +30,27 @@ def open_engine(settings: Settings, spec: str | None = None) -> Engine:
 
         return RemoteEngine(spec.removeprefix("openai:"), api_key=settings.api_key, model=settings.model)
     raise UsageError(f"Unknown engine {spec!r}: use local, replay:FILE or openai:URL.")
+
+
+def describe_engine(settings: Settings, engine: Engine | None = None) -> str:
+    """The configured engine in words, e.g. "local model Qwen/Qwen3-VL-2B-Instruct on device auto", for
+    `doctor` and the eval reports; a loaded `engine` adds the device auto resolved to."""
+    from pathlib import Path
+
+    spec = settings.engine
+    if spec == "local":
+        folder = Path(settings.model).expanduser()
+        model = f"folder {folder.resolve()}" if folder.is_dir() else settings.model
+        device = settings.device
+        resolved = getattr(engine, "device", None)
+        if resolved is not None and str(resolved) != device:
+            device = f"{device} ({resolved})"
+        elif device == "auto":
+            device = "auto (a CUDA GPU when torch sees one, else the CPU)"
+        return f"local model {model} on device {device}"
+    if spec.startswith("replay:"):
+        return f"replay file {Path(spec.removeprefix('replay:')).expanduser().resolve()} (recorded replies, no model)"
+    if spec.startswith("openai:"):
+        key = "with an API key" if settings.api_key else "without an API key"
+        return f"remote OpenAI-compatible server {spec.removeprefix('openai:')}, model {settings.model}, {key}"
+    return f"{spec!r}, which is not an engine qvl-agent knows (local, replay:FILE or openai:URL)"

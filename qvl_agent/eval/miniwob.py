@@ -264,19 +264,23 @@ def summarize(episodes: list[Episode]) -> tuple[list[str], list[tuple]]:
         ok = sum(ep.success for ep in eps)
         steps = statistics.mean(ep.steps for ep in eps)
         ms = statistics.mean(ep.ms_per_step for ep in eps)
-        lines.append(f"  {task}: {rate(ok, len(eps))}, {steps:.1f} steps, {ms:.0f} ms per step")
-        rows.append((task, len(eps), f"{100.0 * ok / len(eps):.1f}%", f"{steps:.1f}", f"{ms:.0f}"))
+        # The report's row holds the very figures of the printed line, so the two never disagree.
+        row = (task, len(eps), rate(ok, len(eps)), f"{steps:.1f}", f"{ms:.0f}")
+        lines.append(f"  {task}: {row[2]}, {row[3]} steps, {row[4]} ms per step")
+        rows.append(row)
     lines.append(latency_line([ep.ms_per_step for ep in episodes], "per step"))
     return lines, rows
 
 
-def write_miniwob_report(out: Path, episodes: list[Episode], lines: list[str], rows: list[tuple]) -> Path:
+def write_miniwob_report(
+    out: Path, episodes: list[Episode], lines: list[str], rows: list[tuple], facts: list[tuple[str, str]] = ()
+) -> Path:
     per_episode = [
         (ep.task, ep.episode, ep.seed, ep.utterance, "yes" if ep.success else "no", ep.reward, ep.steps, ep.status)
         for ep in episodes
     ]
     sections = [
-        ("Tasks", table(("task", "episodes", "success", "steps (mean)", "ms per step"), rows)),
+        ("Tasks", table(("task", "episodes", "success", "steps (mean)", "ms per step (mean)"), rows)),
         ("Episodes", table(("task", "episode", "seed", "utterance", "success", "reward", "steps", "run"), per_episode)),
     ]
-    return write_report(out, "qvl-agent eval miniwob", lines, sections)
+    return write_report(out, "qvl-agent eval miniwob", lines, sections, facts)

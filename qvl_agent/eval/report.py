@@ -1,5 +1,6 @@
 """What every evaluation writes: `results.jsonl` (one JSON object per item or episode) and `report.html`
-(tables of the figures, then pictures), plus the latency summary both harnesses print."""
+(what was measured: model, engine, date and qvl-agent version; tables of the figures, then pictures), plus
+the latency summary both harnesses print."""
 
 from __future__ import annotations
 
@@ -18,6 +19,28 @@ def default_out_dir(name: str) -> Path:
 
     root = Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "evals"
     return root / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+
+
+def run_facts(settings, engine) -> list[tuple[str, str]]:
+    """What a report names so that its figures can be compared with another's: the model, the engine, the
+    date and qvl-agent's version."""
+    from datetime import UTC, datetime
+
+    from qvl_agent import __version__
+    from qvl_agent.engine import describe_engine
+
+    if settings.engine.startswith("replay:"):
+        model = "none (recorded replies)"
+    elif settings.engine.startswith("openai:"):  # the remote engine knows which of its server's models it asked
+        model = str(getattr(engine, "model", "") or settings.model)
+    else:
+        model = settings.model
+    return [
+        ("model", model),
+        ("engine", describe_engine(settings, engine)),
+        ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
+        ("qvl-agent", __version__),
+    ]
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -59,8 +82,15 @@ def table(headers: Sequence[str], rows: Iterable[Sequence]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def write_report(out: Path, title: str, lines: Sequence[str], sections: Sequence[tuple[str, str]]) -> Path:
-    """`report.html`: the title, the printed summary `lines`, then each (heading, HTML) section."""
+def write_report(
+    out: Path,
+    title: str,
+    lines: Sequence[str],
+    sections: Sequence[tuple[str, str]],
+    facts: Sequence[tuple[str, str]] = (),
+) -> Path:
+    """`report.html`: the title, the run's `facts` (run_facts), the printed summary `lines`, then each
+    (heading, HTML) section."""
     parts = [
         "<!doctype html><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title>",
@@ -69,6 +99,9 @@ def write_report(out: Path, title: str, lines: Sequence[str], sections: Sequence
         "max-width:420px;vertical-align:top}figure img{max-width:400px;border:1px solid #999}"
         "figcaption{font-size:12px}.hit{color:#080}.miss{color:#c00}</style>",
         f"<h1>{html.escape(title)}</h1>",
+        "<table class='facts'>"
+        + "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in facts)
+        + "</table>",
         "<pre>" + html.escape("\n".join(lines)) + "</pre>",
     ]
     for heading, content in sections:

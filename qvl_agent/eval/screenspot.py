@@ -31,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qvl_agent.actions import printable
 from qvl_agent.engine.base import Engine
 from qvl_agent.errors import ParseError, UsageError
 from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
@@ -281,7 +282,8 @@ def summarize(outcomes: list[Outcome]) -> list[str]:
         if "type" in o.item.splits:
             by[("platform/type", f"{o.item.splits['platform']}/{o.item.splits['type']}")].append(o.hit)
     for (dim, value), marks in sorted(by.items()):
-        lines.append(f"  {dim}={value}: {rate(sum(marks), len(marks))}")
+        # Split names come from the data file: escaped like model text, for the terminal and the report alike.
+        lines.append(f"  {dim}={printable(value)}: {rate(sum(marks), len(marks))}")
     lines.append(latency_line([o.ms for o in outcomes]))
     unanswered = sum(o.point is None for o in outcomes)
     if unanswered:
@@ -308,7 +310,9 @@ def _draw(outcome: Outcome, path: Path) -> None:
         img.save(path)
 
 
-def write_screenspot_report(out: Path, outcomes: list[Outcome], lines: list[str], seed: int = 0) -> Path:
+def write_screenspot_report(
+    out: Path, outcomes: list[Outcome], lines: list[str], seed: int = 0, facts: list[tuple[str, str]] = ()
+) -> Path:
     """`report.html`: the figures, a table per item, and a sample of hits and misses drawn on their
     screenshots (green box: the truth; red cross: the model's point)."""
     rng = random.Random(seed)
@@ -333,4 +337,4 @@ def write_screenspot_report(out: Path, outcomes: list[Outcome], lines: list[str]
         ("Hits and misses (green: the element's box, red: the model's point)", "".join(figures) or "none"),
         ("Items", table(("id", "instruction", "hit", "point", "ms"), rows)),
     ]
-    return write_report(out, "qvl-agent eval screenspot", lines, sections)
+    return write_report(out, "qvl-agent eval screenspot", lines, sections, facts)

@@ -98,12 +98,21 @@ class _Server(MCPServer):
             raise
 
 
+def flat(doc: str | None) -> str:
+    """A docstring as one line of text, its line breaks and indentation runs turned into single spaces."""
+    return " ".join((doc or "").split())
+
+
 def build_server(tools: ScreenTools) -> MCPServer:
     """The MCP server with the five tools on `tools`."""
     mcp = _Server("qvl-agent", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    @mcp.tool(annotations=read_only)
+    def tool(annotations: ToolAnnotations):
+        # The docstring as one flat paragraph: the calling model should not read the source's indentation.
+        return lambda fn: mcp.tool(description=flat(fn.__doc__), annotations=annotations)(fn)
+
+    @tool(read_only)
     async def ask_screen(
         question: Annotated[str, Field(description="the question about what is on the screen now")],
         monitor: Monitor = None,
@@ -116,7 +125,7 @@ def build_server(tools: ScreenTools) -> MCPServer:
         answer, stats = await _call(tools.ask_screen, question, monitor, area)
         return _result(answer, {"answer": answer, "stats": stats})
 
-    @mcp.tool(annotations=read_only)
+    @tool(read_only)
     async def locate(
         description: Annotated[str, Field(description='the element to find, e.g. "the Save button"')],
         monitor: Monitor = None,
@@ -126,7 +135,7 @@ def build_server(tools: ScreenTools) -> MCPServer:
         found = await _call(tools.locate, description, monitor)
         return _result(json.dumps({"x": found["x"], "y": found["y"]}), found)
 
-    @mcp.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    @tool(ToolAnnotations(destructive_hint=True, open_world_hint=False))
     async def run_task(
         task: Annotated[str, Field(description="what to do on the desktop, in words")],
         mode: Annotated[
@@ -147,7 +156,7 @@ def build_server(tools: ScreenTools) -> MCPServer:
         text = f"{outcome.status}: {outcome.message}" + (f"\nAnswer: {outcome.answer}" if outcome.answer else "")
         return _result(f"{text}\nTrace: {outcome.trace_dir}", data)
 
-    @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=True))
+    @tool(ToolAnnotations(destructive_hint=False, open_world_hint=True))
     async def browse(
         url: Annotated[str, Field(description="the page to start on (http://, https:// or file://)")],
         task: Annotated[str, Field(description="what to do on the page, in words")],
@@ -164,7 +173,7 @@ def build_server(tools: ScreenTools) -> MCPServer:
             content.append(TextContent(type="text", text=script))
         return CallToolResult(content=content, structured_content=data)
 
-    @mcp.tool(annotations=read_only)
+    @tool(read_only)
     async def screenshot(monitor: Monitor = None) -> list:
         """The monitor's screen as a full-resolution PNG image (scale it down yourself if you need to),
         with a line giving its size and position on the desktop."""

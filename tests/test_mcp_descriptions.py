@@ -1,0 +1,38 @@
+"""What an MCP client lists: tool descriptions as flat text, without the source code's indentation."""
+
+from __future__ import annotations
+
+import anyio
+from mcp import Client
+
+from qvl_agent.config import Settings
+from qvl_agent.engine.replay import ReplayEngine
+from qvl_agent.mcp_server.server import build_server
+from qvl_agent.mcp_server.tools import ScreenTools
+
+
+def _texts(schema) -> list[str]:
+    """Every description in a JSON schema, nested ones included."""
+    if isinstance(schema, dict):
+        own = [schema["description"]] if isinstance(schema.get("description"), str) else []
+        return own + [t for value in schema.values() for t in _texts(value)]
+    if isinstance(schema, list):
+        return [t for value in schema for t in _texts(value)]
+    return []
+
+
+def test_listed_tool_descriptions_carry_no_indentation_runs():
+    server = build_server(ScreenTools(ReplayEngine([]), Settings()))
+
+    async def listed():
+        async with Client(server) as client:
+            return (await client.list_tools()).tools
+
+    tools = anyio.run(listed)
+    assert {t.name for t in tools} == {"ask_screen", "locate", "run_task", "browse", "screenshot"}
+    for tool in tools:
+        assert len(tool.description) > 40, tool.name
+        for text in [tool.description, *_texts(tool.input_schema)]:
+            for line in text.splitlines():
+                assert line == line.lstrip(), f"{tool.name}: {line!r}"
+            assert "  " not in text, f"{tool.name}: {text!r}"
