@@ -309,9 +309,12 @@ match g:
     case object(gi_frame=frame):
         imp = frame.f_builtins["__import__"]
         imp("os").system("touch {marker}")
-parser = argparse.ArgumentParser("x", None, None, None, [], None, "-", "@")
+parser = argparse.ArgumentParser("x", None, None, None, [], argparse.HelpFormatter, "-", "@")
 parser.add_argument("rest", nargs="*")
-print(parser.parse_args(["@{secret}"]))
+try:
+    print(parser.parse_args(["@{secret}"]))
+except SystemExit:
+    print("no such file in here")
 with sync_playwright() as p:
     browser = p.chromium.launch(executable_path=os.environ["QVL_BROWSER"])
     page = browser.new_page()
@@ -320,6 +323,7 @@ with sync_playwright() as p:
         print(page.content())
     except Exception:
         pass
+    page = browser.new_page()
     page.goto("{url}/login.html")
     for name in [".git/config", ".ssh/authorized_keys", ".config/autostart/x.desktop"]:
         os.makedirs(os.path.dirname(name), exist_ok=True)
