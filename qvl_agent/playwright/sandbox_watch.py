@@ -13,8 +13,9 @@ more than `ENTRIES` files and folders:
   Summed here: each descendant's resident anonymous and shared memory (a shared `mmap` of a memfd
   included), every memfd held open (by its allocated size, each once, mapped or not), and what the
   sandbox's tmpfs folders (/tmp, /dev/shm, the scratch folder) hold. File-backed pages of the read-only
-  system folders are the page cache, which the kernel reclaims. Where a cgroup v2 with the memory controller is delegated, `memory.max` would do this
-  in the kernel; this check works without one.
+  system folders are the page cache, which the kernel reclaims. (A delegated cgroup v2 with
+  `memory.max` and `pids.max` would hold both limits in the kernel; few desktops delegate one to a
+  user's process, so this check is what holds everywhere.)
 - **Disk:** the scratch folder, /tmp and /dev/shm are sized tmpfs mounts: the kernel refuses bytes past
   their size, files unlinked while still open included. Their number of files is counted here (a tmpfs
   without a size for inodes would let a script fill kernel memory with empty files).
