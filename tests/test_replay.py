@@ -277,3 +277,35 @@ def test_the_memory_setting_holds_for_shared_memory(folder, capsys, monkeypatch)
     (folder / "hog.py").write_text(with_header(body, "hog.py", []))
     code, out, err = replay(capsys, str(folder / "hog.py"))
     assert code == 1 and "more than 512 MB of memory" in err and "held it all" not in out
+
+
+def test_every_origin_of_the_header_is_reached_and_no_other(server, folder, capsys):
+    second = PageServer().start()
+    other = Listener()
+    try:
+        named = second.url.replace("127.0.0.1", "localhost")
+        urls = [server.url + "/login.html", named + "/help.html"]
+        script = write(folder, PROBE.format(urls=[*urls, f"http://127.0.0.1:{other.port}/"]), [server.url, named])
+        code, out, err = replay(capsys, str(script))
+    finally:
+        second.stop()
+    assert code == 0, err
+    assert f"reached {urls[0]}" in out and f"reached {urls[1]}" in out
+    assert other.received == []
+
+
+def test_an_exported_script_replays_and_takes_url(server, folder, capsys):
+    from qvl_agent.playwright.export import export_run
+
+    second = PageServer().start()
+    try:
+        export_run(folder / "run.py", server.url + "/login.html", [], None, task="open the page")
+        code, out, err = replay(capsys, str(folder / "run.py"))
+        assert code == 0, err
+        assert "Replayed" in out
+        # --url sends the script elsewhere; that origin is allowed for this run, and only for it.
+        code, out, err = replay(capsys, "--url", second.url + "/login.html", str(folder / "run.py"))
+        assert code == 0, err
+    finally:
+        second.stop()
+    assert read_origins((folder / "run.py").read_text()) == [server.url]
