@@ -210,9 +210,11 @@ def test_a_script_without_header_gets_no_network_unless_allowed(server, folder, 
     assert f"reached {url}" in out and "without network" not in err
 
 
-def test_a_host_file_is_not_readable_through_file_urls(server, folder, capsys, tmp_path):
+def test_a_host_file_is_not_readable_by_any_route(server, folder, capsys, tmp_path):
+    # file:// pages, argparse's @file reader, and code reached through a class pattern on a frame.
     secret = tmp_path / "id_rsa"
     secret.write_text("secret-" + uuid.uuid4().hex)
+    marker = tmp_path / "bypass-ran"
     script = write(folder, (
         f"    for url in ['file://{secret}', 'file:///etc/shadow']:\n"
         "        try:\n"
@@ -220,10 +222,25 @@ def test_a_host_file_is_not_readable_through_file_urls(server, folder, capsys, t
         "            print(url, page.content())\n"
         "        except Exception:\n"
         "            print(url, 'unreachable')\n"
-        f"    print(open({str(secret)!r}).read() if os.path.exists({str(secret)!r}) else 'absent')\n"
+        "    import argparse\n"
+        "    parser = argparse.ArgumentParser('x', None, None, None, [], argparse.HelpFormatter, '-', '@')\n"
+        "    parser.add_argument('rest', nargs='*')\n"
+        "    try:\n"
+        f"        print(parser.parse_args(['@{secret}']))\n"
+        "    except SystemExit:\n"
+        "        print('no such file in here')\n"
+        "    def gen():\n"
+        "        yield 1\n"
+        "    match gen():\n"
+        "        case object(gi_frame=frame):\n"
+        "            shell = frame.f_builtins['__import__']('os').system\n"
+        f"            print('status', shell('cat {secret}; touch {marker}'))\n"
     ), [server.url])  # fmt: skip
     code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert "status " in out  # the route was taken, inside
     assert secret.read_text() not in out + err
+    assert not marker.exists()
 
 
 # --- hostile files ------------------------------------------------------------------------------------
