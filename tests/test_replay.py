@@ -326,3 +326,23 @@ def test_an_exported_script_replays_and_takes_url(server, folder, capsys):
     finally:
         second.stop()
     assert read_origins((folder / "run.py").read_text()) == [server.url]
+
+
+def test_features_built_on_replay_can_bind_a_path_and_run_a_hook_inside(folder, tmp_path):
+    # What a later feature needs: a channel into the sandbox (here a folder bound read-only) and code of its
+    # own that runs inside before the script (here it marks the builtins, as a wrapper of Playwright would).
+    from qvl_agent.playwright.replay import replay_script
+    from qvl_agent.playwright.sandbox import Bind
+
+    channel = tmp_path / "channel"
+    channel.mkdir()
+    (channel / "hello.txt").write_text("from the host")
+    hook = tmp_path / "hook.py"
+    hook.write_text("import builtins\nbuiltins.QVL_HOOKED = 'yes'\n")
+    script = folder / "uses.py"
+    script.write_text("print('hooked', QVL_HOOKED)\nprint(open('/sandbox/channel/hello.txt').read())\n")
+    result = replay_script(
+        script, browser=BROWSER, timeout_s=60, binds=[Bind(str(channel), "/sandbox/channel")], init_hooks=[hook]
+    )
+    assert result.returncode == 0, result.output
+    assert "hooked yes" in result.output and "from the host" in result.output
