@@ -346,3 +346,43 @@ def test_features_built_on_replay_can_bind_a_path_and_run_a_hook_inside(folder, 
     )
     assert result.returncode == 0, result.output
     assert "hooked yes" in result.output and "from the host" in result.output
+
+
+# --- local pages and secrets ----------------------------------------------------------------------------
+
+
+def test_a_script_made_for_a_local_page_replays_it_and_no_other_host_file(folder, capsys, tmp_path):
+    page = tmp_path / "site" / "form.html"
+    page.parent.mkdir()
+    page.write_text("<title>Local form</title><h1>hello from a local page</h1>")
+    (page.parent / "notes.txt").write_text("private notes beside the page")
+    assert read_origins(with_header("x = 1\n", "s.py", [f"file://{page}"])) == [f"file://{page}"]
+    for bad in ("file:///etc/passwd", f"file://{tmp_path}/.ssh/id.html", f"file://{page}?q=1"):
+        assert read_origins(f"# qvl-agent-origins: {bad}\n") == []  # not a page, hidden, or with a query
+    script = write(folder, (
+        f"    page.goto('file://{page}')\n"
+        "    print('page says', page.locator('h1').inner_text())\n"
+        "    for other in ['notes.txt', '/etc/hostname']:\n"
+        "        try:\n"
+        f"            print(other, open(other if other.startswith('/') else '{page.parent}/' + other).read())\n"
+        "        except OSError:\n"
+        "            print(other, 'unreadable')\n"
+    ), [f"file://{page}"])  # fmt: skip
+    code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert "page says hello from a local page" in out
+    assert "private notes" not in out and "notes.txt unreadable" in out  # the page alone, not its folder
+
+
+def test_a_replayed_script_gets_only_the_secret_variables_it_reads(server, folder, capsys, monkeypatch):
+    monkeypatch.setenv("QVL_SECRET_PASSWORD", "hunter2-" + uuid.uuid4().hex)
+    monkeypatch.setenv("QVL_SECRET_OTHER", "other-" + uuid.uuid4().hex)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-" + uuid.uuid4().hex)
+    script = write(folder, (
+        "    print('typed', os.environ['QVL_SECRET_PASSWORD'])\n"
+        "    print('visible', sorted(k for k in os.environ if k.startswith(('QVL_SECRET', 'AWS'))))\n"
+    ), [server.url])  # fmt: skip
+    code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert f"typed {__import__('os').environ['QVL_SECRET_PASSWORD']}" in out
+    assert "visible ['QVL_SECRET_PASSWORD']" in out  # not the other secret, not the rest of the environment

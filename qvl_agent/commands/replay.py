@@ -14,6 +14,7 @@ and never a hidden, runnable or instruction file. Its output is shown; the exit 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -59,7 +60,7 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
     try:
         result = replay_script(
             script, browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
-            memory_mb=settings.sandbox_memory_mb,
+            memory_mb=settings.sandbox_memory_mb, secrets=os.environ,
         )  # fmt: skip
     except BadOrigin as exc:
         raise UsageError(str(exc)) from None

@@ -12,14 +12,15 @@ the sandboxed script reach those origins and nothing else.
 Only the first `# qvl-agent-origins:` line of the script's leading comment block counts: the model's own
 text follows our header (or a hand-written script has none), so a second line further down, or one after
 the first line of code, cannot widen what the script may reach. An origin is `scheme://host[:port]`,
-http or https only, checked both when written and when read.
+http or https only, checked both when written and when read; a script made for a local page names that
+one file instead (`file:///abs/path.html`), which replay shows inside read-only, alone.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 ORIGINS_TAG = "# qvl-agent-origins:"
 _HOST_NAME = re.compile(
@@ -58,9 +59,28 @@ def origin_of(url: str) -> str:
     return f"{scheme}://{shown}" + (f":{port}" if port not in (None, default) else "")
 
 
+PAGE_SUFFIXES = (".html", ".htm", ".xhtml", ".svg")  # a local page may be named; no other host file
+
+
+def page_file(url: str) -> str | None:
+    """The absolute path of a `file:///abs/page.html` URL: a web page (by its suffix), no hidden folder on
+    its way, no host, query or fragment. Else None: a header never names a key, a config or a database."""
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() != "file" or parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+        return None
+    path = unquote(parts.path)
+    if not path.startswith("/") or not all(c.isprintable() for c in path):
+        return None
+    hidden = any(part.startswith(".") for part in path.split("/"))
+    return path if path.lower().endswith(PAGE_SUFFIXES) and not hidden else None
+
+
 def check_origin(text: str) -> str:
     """`text` when it is exactly an origin (nothing after host[:port] but an optional "/"), normalised;
-    else BadOrigin."""
+    a local page's `file:///abs/path` as it is; else BadOrigin."""
+    path = page_file(text)
+    if path is not None and not any(c.isspace() for c in path):
+        return "file://" + quote(path)
     parts = urlsplit(text.strip())
     if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in text or "#" in text:
         raise BadOrigin(f"{text!r} is not an origin (scheme://host[:port]).")
@@ -68,7 +88,10 @@ def check_origin(text: str) -> str:
 
 
 def script_origins(url: str) -> list[str]:
-    """The origins a script made for `url` may reach when replayed: `url`'s own; none for a file:// page."""
+    """The origins a script made for `url` may reach when replayed: `url`'s own, or the local page itself."""
+    path = page_file(url)
+    if path is not None:
+        return ["file://" + quote(path)]
     try:
         return [origin_of(url)]
     except BadOrigin:

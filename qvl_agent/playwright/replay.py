@@ -16,15 +16,17 @@ features built on replay (a channel into the sandbox, a hook inside it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent.playwright import sandbox, sandbox_watch
 from qvl_agent.playwright.copy_back import keep_files
-from qvl_agent.playwright.header import BadOrigin, check_origin, origin_of, read_origins
+from qvl_agent.playwright.header import BadOrigin, check_origin, origin_of, page_file, read_origins
 from qvl_agent.playwright.sandbox import Bind
+from qvl_agent.secrets import ENV_PREFIX
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,23 @@ def allowed_origins(host: str) -> list[str]:
     return [check_origin(f"http://{host}"), check_origin(f"https://{host}")]
 
 
+def secret_variables(source: str, environment: Mapping[str, str]) -> dict[str, str]:
+    """The `QVL_SECRET_*` variables of `environment` that `source` reads as `os.environ["QVL_SECRET_X"]`."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    wanted = {
+        node.slice.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+        and node.slice.value.startswith(ENV_PREFIX)
+    }
+    return {name: environment[name] for name in sorted(wanted) if name in environment}
+
+
 def replay_script(
     script: Path,
     *,
@@ -65,10 +84,14 @@ def replay_script(
     memory_mb: int | None = None,
     binds: Sequence[Bind] = (),
     init_hooks: Sequence[Path] = (),
+    secrets: Mapping[str, str] | None = None,
 ) -> ReplayResult:
     """Run `script` sandboxed; its files go to a new folder: `output` (FileExistsError when it exists) or,
     by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
     (exported scripts take it) and its origin may be reached; a file:// `url` is shown inside read-only.
+
+    `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
+    exported script types a secret from its variable, and only the variables it names go inside.
 
     Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, FileExistsError
     for an existing `output`, SandboxUnavailable when the sandbox cannot start."""
@@ -76,11 +99,17 @@ def replay_script(
     if output is not None and (output.exists() or output.is_symlink()):
         raise FileExistsError(f"{output} already exists.")
     recorded = read_origins(source)
-    origins = list(recorded or [])
+    origins: list[str] = []
+    extra = list(binds)
+    for origin in recorded or []:  # a local page the script was made for is shown read-only, alone
+        path = page_file(origin)
+        if path is None:
+            origins.append(origin)
+        elif Path(path).is_file():
+            extra.append(Bind(path, path))
     for host in allow:
         origins += allowed_origins(host)
     argv: list[str] = []
-    extra = list(binds)
     if url is not None:
         target = urlsplit(url)
         if target.scheme == "file" and Path(target.path).is_file():
@@ -98,6 +127,7 @@ def replay_script(
         memory_bytes=(memory_mb << 20) if memory_mb else sandbox_watch.MEMORY_BYTES,
         binds=extra,
         init_hooks=init_hooks,
+        env=secret_variables(source, secrets or {}),
     )
     kept = keep_files(result.files, output or default_output(script), numbered=output is None)
     return ReplayResult(

@@ -36,7 +36,8 @@ model-written code without it unless the person names `--unsafe-verify`. What th
   there. The forwarder is a plain TCP relay, so TLS stays end to end. (The alternative, Chromium's
   --proxy-server and --host-resolver-rules, would need the script to launch Chromium our way and would
   leave Playwright's own HTTP client outside the rule.)
-- **Environment:** six variables: PATH, HOME=/tmp, TMPDIR=/tmp, LANG, QVL_BROWSER, PYTHONDONTWRITEBYTECODE.
+- **Environment:** six variables: PATH, HOME=/tmp, TMPDIR=/tmp, LANG, QVL_BROWSER, PYTHONDONTWRITEBYTECODE;
+  plus, for a replayed script, the `QVL_SECRET_*` variables it reads (`env`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -164,6 +165,7 @@ def run_sandboxed(
     memory_bytes: int = MEMORY_BYTES,
     binds: Sequence[Bind] = (),
     init_hooks: Sequence[Path] = (),
+    env: Mapping[str, str] | None = None,
 ) -> SandboxResult:
     """Run `source` in the sandbox; see the module docstring.
 
@@ -172,7 +174,7 @@ def run_sandboxed(
     script's name in its sys.argv. `default_timeout_ms` lowers Playwright's default waits (None: leave
     them). `memory_bytes` is the memory of the whole run, shared memory and its tmpfs folders included.
     `binds` and `init_hooks` (Python files run inside before the script, as `sandbox_init` runs its own
-    set-up) are for features built on top.
+    set-up) are for features built on top. `env` adds variables (a replayed script's secrets).
 
     Raises SandboxUnavailable when bubblewrap is missing or cannot start, or an origin cannot be reached
     from inside (a non-loopback IP address)."""
@@ -266,6 +268,7 @@ def run_sandboxed(
             json.dumps(spec),
         ]
         env = {
+            **(env or {}),  # first: none of them can replace the six below
             "PATH": "/usr/bin:/bin",
             "HOME": "/tmp",
             "TMPDIR": "/tmp",
