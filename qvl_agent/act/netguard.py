@@ -132,8 +132,10 @@ class NetworkGuard:
             route.fallback()
             return
         method = request.method
-        response = route.fetch(max_redirects=0)
+        response = self._fetch(route, max_redirects=0)
         for _ in range(MAX_HOPS):
+            if response is None:
+                return
             location = response.headers.get("location") if response.status in REDIRECTS else None
             if not location:
                 route.fulfill(response=response)
@@ -153,8 +155,21 @@ class NetworkGuard:
                 route.fulfill(response=response)
                 return
             url = next_url
-            response = route.fetch(url=url, method=method, headers=headers, post_data=body, max_redirects=0)
+            response = self._fetch(route, url=url, method=method, headers=headers, post_data=body, max_redirects=0)
         self._refuse(route, f"the page redirected more than {MAX_HOPS} times with a secret: that was blocked")
+
+    @staticmethod
+    def _fetch(route, **kwargs):
+        """The hop's response, or None when it could not be fetched (the request then fails as a dead
+        server's would, and the executor reports the page as it does for any failed load)."""
+        try:
+            return route.fetch(**kwargs)
+        except Exception:  # Playwright's Error, a closed browser: the route must answer either way
+            try:
+                route.abort("failed")
+            except Exception:
+                pass
+            return None
 
     def _refuse(self, route, why: str) -> None:
         if why not in self.blocked:
