@@ -260,3 +260,21 @@ def test_mcp_browse_refuses_local_files_and_addresses_and_nothing_of_them_shows(
     opened = anyio.run(session, (allowed.url + "/",), "--allow-local-urls")[0]
     assert not opened.is_error and opened.structured_content["status"] == "success"
     assert allowed.requests
+
+
+def test_a_run_kept_off_local_addresses_cannot_follow_a_link_to_one(hosts):
+    """What an MCP run without --allow-local-urls gets: a page that links to a local service (here a
+    data: page, as any public page could) cannot take the run there."""
+    from qvl_agent import actions as A
+    from qvl_agent.act.browser import BrowserExecutor
+
+    _, other = hosts
+    page = f'<a href="{other.url}/admin" style="display:block;width:100vw;height:100vh">router admin</a>'
+    executor = BrowserExecutor("data:text/html," + page, browser=find_browser(), block_local=True)
+    try:
+        result = executor.execute(A.LeftClick(500, 500), executor.observe())
+        assert "local address 127.0.0.2: that was blocked" in result.message
+        assert not executor.page.url.startswith(other.url)
+    finally:
+        executor.close()
+    assert other.requests == []
