@@ -10,7 +10,7 @@ resolved to a locator and recorded in the trace. With --export FILE a successful
 standalone Playwright script that replays it without the model (`python FILE`). --secret NAME: the model
 types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
 --allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
-reported to the model.
+reported to the model. A request carrying a secret's value (in any encoding) goes to those hosts only.
 Exit 0 when the model ends with success, 1 on failure, a limit or a browser that died, 2 on bad usage.
 """
 
@@ -83,6 +83,8 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     export = Path(args.export) if args.export else None
     if export is not None and not export.parent.resolve().is_dir():
         raise UsageError(f"Cannot write the script to {export}: the folder {export.parent} does not exist.")
+    if export is not None and (export.exists() or export.is_symlink()):
+        raise UsageError(f"{export} already exists: --export writes a new file (remove it or choose another name).")
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
@@ -97,6 +99,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             headless=not args.headed,
             viewport=viewport,
             allowed_domains=allowed,
+            secrets=secrets,
         )
         # The run acts only inside its own fresh browser profile, so it does not ask before each action;
         # Ctrl+C in the terminal stops it. Keys reach the page, never the system, so no chord is refused.
@@ -134,8 +137,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     print_report(trace_dir)
     if export is not None:
         if result.ok:
-            compiled = export_trace(trace_dir, export)
-            export.chmod(0o700)  # the person's own script: runnable, private
+            compiled = export_trace(trace_dir, export, replace=False)  # private (0600), never over a file
             print(f"qvl-agent: wrote {export}; replay it with: python {export}", file=sys.stderr, flush=True)
             for note in compiled.unexpressed:
                 print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)

@@ -4,7 +4,8 @@ page (`locate`), compiling a browser run into a standalone script (`export`) wit
 `policy_rules`; not a security boundary), writing and verifying such scripts (`scripts`), the bubblewrap
 sandbox that every run of a saved script goes through (`sandbox`, with `sandbox_init` as its first program
 inside, `sandbox_watch`, `sandbox_seccomp` and `sandbox_files` beside it), running a saved script in it
-(`replay`), keeping the files a script wrote (`copy_back`) and secrets in exported scripts (`secret_refs`).
+(`replay`), keeping the files a script wrote (`copy_back`), and the literals of exported scripts, secret reads
+included (`literals`, checked by `export_gate`).
 
 Importing this package imports no Playwright: the modules that drive a browser import it lazily.
 """
