@@ -7,7 +7,7 @@
 The same agent loop and actions as `run`, carried out by Playwright in a fresh Chromium profile
 (headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each click is
 resolved to a locator and recorded in the trace. With --export FILE a successful run is compiled into a
-standalone Playwright script that replays it without the model (`python FILE`). --secret NAME: the model
+standalone Playwright script that replays it without the model (`qvl-agent replay FILE`). --secret NAME: the model
 types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
 --allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
 reported to the model. A request carrying a secret's value (in any encoding) goes to those hosts only.
@@ -138,7 +138,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     if export is not None:
         if result.ok:
             compiled = export_trace(trace_dir, export, replace=False)  # private (0600), never over a file
-            print(f"qvl-agent: wrote {export}; replay it with: python {export}", file=sys.stderr, flush=True)
+            print(f"qvl-agent: wrote {export}; replay it with: qvl-agent replay {export}", file=sys.stderr, flush=True)
             for note in compiled.unexpressed:
                 print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)
         else:

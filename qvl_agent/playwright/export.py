@@ -160,7 +160,15 @@ def _loose(text: str) -> str:
 def _reference_source() -> str:
     """The template with neutral values: what `export_gate` compares the script against."""
     return _TEMPLATE.format(
-        header="", title="", task="", filename="replay.py", start_url='""', width=1, height=1, chromium_args="[]", body="    pass"
+        header="",
+        title="",
+        task="",
+        filename="replay.py",
+        start_url='""',
+        width=1,
+        height=1,
+        chromium_args="[]",
+        body="    pass",
     )
 
 
