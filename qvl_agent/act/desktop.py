@@ -1,7 +1,9 @@
 """Carrying out actions on the real desktop with pyautogui, and watching it with mss.
 
 All OS input goes through `self.input` (the pyautogui module, imported on first use because importing it
-without a display raises), so a test can hand in another object with the same few functions.
+without a display raises), so a test can hand in another object with the same few functions. On X11 it is
+pyautogui with typed text going through XTest instead (`act.x11_typing`): pyautogui's X11 key table turns
+"<" into ">" and cannot type beyond ASCII; Windows and macOS type through pyautogui itself.
 
 Safety, in this order: every point comes from `image.to_pixels` through the screenshot the model looked
 at, so it lies on the captured screen; a target that falls on one of pyautogui's fail-safe corners is
@@ -15,6 +17,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from qvl_agent import actions as A
 from qvl_agent import capture
@@ -38,6 +41,15 @@ def _load_pyautogui():
         raise CaptureError(f"Cannot control the pointer and keyboard on this display: {exc}.") from None
     pyautogui.PAUSE = PAUSE_S
     pyautogui.FAILSAFE = True  # kept for the person: shove the pointer into a corner to stop
+    return pyautogui
+
+
+def _load_input(platform: str):
+    pyautogui = _load_pyautogui()
+    if platform.startswith("linux"):  # X11, or XWayland (display_problem refused bare Wayland)
+        from qvl_agent.act.x11_typing import X11Input
+
+        return X11Input(pyautogui)
     return pyautogui
 
 
@@ -74,7 +86,7 @@ class DesktopExecutor:
     @property
     def input(self):
         if self._input is None:
-            self._input = _load_pyautogui()
+            self._input = _load_input(self.platform)
         return self._input
 
     # --- watching -------------------------------------------------------------------------------------
@@ -129,7 +141,7 @@ class DesktopExecutor:
         return names
 
     def _check_text(self, text: str) -> None:
-        valid = getattr(self.input, "isValidKey", lambda k: True)
+        valid = getattr(self.input, "can_type", None) or getattr(self.input, "isValidKey", lambda k: True)
         missing = sorted({c for c in text if not valid(c)})
         if missing:
             raise ActionError(f"Cannot type {''.join(missing)!r} with this keyboard; type plain ASCII text instead.")
@@ -141,11 +153,20 @@ class DesktopExecutor:
         elif isinstance(action, A.Type):
             self._check_text(action.text)
 
-    def _type(self, text: str) -> None:
+    def _type(self, text: str) -> int:
+        """Type `text` one character at a time; the number of characters typed."""
         self._check_text(text)
-        for char in text:
-            self.interrupt()  # a long text must not outlive the emergency stop
-            self.input.write(char)
+        typed = 0
+        session = getattr(self.input, "typing", None)
+        with session() if session else nullcontext():
+            for char in text:
+                self.interrupt()  # a long text must not outlive the emergency stop
+                try:
+                    self.input.write(char)
+                except ActionError as exc:
+                    raise ActionError(f"{exc} Typed {typed} of {len(text)} characters before that.") from None
+                typed += 1
+        return typed
 
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         pg = self.input
@@ -195,8 +216,8 @@ class DesktopExecutor:
             pg.hotkey(*names)
             return ActionResult(True, f"pressed {'+'.join(names)}", {"keys": names})
         if isinstance(action, A.Type):
-            self._type(action.text)
-            return ActionResult(True, f"typed {len(action.text)} characters", {"text": action.text})
+            typed = self._type(action.text)
+            return ActionResult(True, f"typed {typed} character{'s' * (typed != 1)}", {"text": action.text})
         if isinstance(action, A.Scroll | A.HScroll):
             clicks = int(max(-MAX_SCROLL_CLICKS, min(MAX_SCROLL_CLICKS, round(action.pixels))))
             detail: dict = {"clicks": clicks}
@@ -210,4 +231,8 @@ class DesktopExecutor:
         return ActionResult(True, A.describe(action))
 
     def close(self) -> None:
-        """Nothing stays held: a drag releases its button even when it fails."""
+        """Nothing stays held (a drag releases its button even when it fails); keys lent to the keyboard
+        map for characters it lacked are given back."""
+        restore = getattr(self._input, "restore_keymap", None)
+        if restore is not None:
+            restore()
