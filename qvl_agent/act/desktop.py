@@ -23,6 +23,7 @@ from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.base import ActionResult
 from qvl_agent.act.keys import canonical
+from qvl_agent.act.x11_typing import X11Input
 from qvl_agent.errors import ActionError, CaptureError, EmergencyStop
 from qvl_agent.image import Region, Screenshot, to_pixels
 
@@ -47,8 +48,6 @@ def _load_pyautogui():
 def _load_input(platform: str):
     pyautogui = _load_pyautogui()
     if platform.startswith("linux"):  # X11, or XWayland (display_problem refused bare Wayland)
-        from qvl_agent.act.x11_typing import X11Input
-
         return X11Input(pyautogui)
     return pyautogui
 
@@ -141,7 +140,8 @@ class DesktopExecutor:
         return names
 
     def _check_text(self, text: str) -> None:
-        valid = getattr(self.input, "can_type", None) or getattr(self.input, "isValidKey", lambda k: True)
+        x11 = isinstance(self.input, X11Input)
+        valid = self.input.can_type if x11 else getattr(self.input, "isValidKey", lambda k: True)
         missing = sorted({c for c in text if not valid(c)})
         if missing:
             raise ActionError(f"Cannot type {''.join(missing)!r} with this keyboard; type plain ASCII text instead.")
@@ -157,8 +157,7 @@ class DesktopExecutor:
         """Type `text` one character at a time; the number of characters typed."""
         self._check_text(text)
         typed = 0
-        session = getattr(self.input, "typing", None)
-        with session() if session else nullcontext():
+        with self.input.typing() if isinstance(self.input, X11Input) else nullcontext():
             for char in text:
                 self.interrupt()  # a long text must not outlive the emergency stop
                 try:
@@ -233,6 +232,5 @@ class DesktopExecutor:
     def close(self) -> None:
         """Nothing stays held (a drag releases its button even when it fails); keys lent to the keyboard
         map for characters it lacked are given back."""
-        restore = getattr(self._input, "restore_keymap", None)
-        if restore is not None:
-            restore()
+        if isinstance(self._input, X11Input):
+            self._input.restore_keymap()
