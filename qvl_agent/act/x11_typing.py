@@ -5,8 +5,8 @@ on common keymaps ("<" arrives as ">", upstream issues #580, #627, #730, #856) a
 outside ASCII. Here every character is turned into its keysym (Latin-1 characters are their own keysym,
 everything else is the Unicode keysym 0x01000000 + code point, which every XKB client understands), looked
 up in the server's current keyboard map (plain, or with Shift), and pressed with XTest. A keysym the map
-lacks is put on a spare keycode (as xdotool does) until the executor closes. The keyboard map is read afresh for every text, so a layout switched
-between two steps is honoured.
+lacks is put on a spare keycode (as xdotool does) until the executor closes. The keyboard map is read
+afresh for every text, so a layout switched between two steps is honoured.
 
 Pure X11 (python-xlib, which pyautogui already needs there); `act.desktop` chooses it on Linux only.
 """
