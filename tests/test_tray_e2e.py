@@ -358,8 +358,8 @@ def test_settings_open_above_an_ask_window_and_a_recorded_hotkey_works_at_once(t
     assert w * h > 0.5 * dw * dh, f"the windows hardly overlap: dialog {dx, dy, dw, dh}, ask window {ax, ay, aw, ah}"
     open_dialog = grab(tray.display, x, y, w, h)
     xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
-    # Model, device, max pixels, then the ask hotkey: recorded by pressing the new combination.
-    xdo(tray.display, "key", "Tab", "Tab", "Tab")
+    # Engine, model, device, max pixels, then the ask hotkey: recorded by pressing the new combination.
+    xdo(tray.display, "key", "Tab", "Tab", "Tab", "Tab")
     xdo(tray.display, "key", "ctrl+alt+a")
     xdo(tray.display, "key", "Return")
     saved = tray.wait_notice("Settings saved to", after=t0)
@@ -444,7 +444,7 @@ def test_a_second_hotkey_press_reuses_the_ask_window_and_the_model_never_sees_ou
             assert tray.cli("tray", "--send", "settings").returncode == 0
             dialog = wait_window(tray.display, "^qvl-agent settings$")
             xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
-            xdo(tray.display, "key", "Tab", "Tab", "ctrl+a")
+            xdo(tray.display, "key", "Tab", "Tab", "Tab", "ctrl+a")  # engine, model, device, max pixels
             xdo(tray.display, "type", "1000000")
             xdo(tray.display, "key", "Return")
             saved = tray.wait_notice("Settings saved to", after=t0)
