@@ -190,9 +190,17 @@ class TrayApp(QObject):
         if self.launcher is not None:
             self.launcher.show()
 
+    def _own_windows(self) -> list[QWidget]:
+        """Our windows that can be on the screen (the tray icon is no window of this kind: it stays)."""
+        windows: list[QWidget] = [self.launcher, getattr(self, "_settings_dialog", None)]
+        for window in self.windows:
+            windows += [window, window.marker]
+        windows.append(self.automation.marker)
+        return [w for w in windows if w is not None and isValid(w)]
+
     def _hide_own_windows(self) -> list[QWidget]:
         """Hide every window of ours that is on screen; the ones hidden."""
-        shown = [w for w in QApplication.topLevelWidgets() if w.isVisible() and w.isWindow()]
+        shown = [w for w in self._own_windows() if w.isVisible()]
         for widget in shown:
             widget.hide()
         return shown
