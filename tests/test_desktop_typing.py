@@ -41,13 +41,14 @@ def test_every_character_typed_arrives_in_the_widget_unchanged(app, tmp_path):
         [
             call(action="left_click", coordinate=app.center("name")) + call(action="type", text=TEXT),
             call(action="left_click", coordinate=app.center("email")) + call(action="type", text="a<b>c"),
+            call(action="key", keys=["<"]) + call(action="key", keys=["é"]),  # one character pressed as a key
             call(action="terminate", status="success"),
         ],
     )
     trace_dir = tmp_path / "trace"
     done = run_cli("run", "--engine", engine, "--yes", "--trace-dir", str(trace_dir), "Type it")
     assert done.returncode == 0, done.stderr
-    state = app.wait_state(lambda s: s["email"] == "a<b>c")
+    state = app.wait_state(lambda s: s["email"] == "a<b>c<é")
     assert state["name"] == TEXT
     trace = read_trace(trace_dir)
     messages = [r["message"] for s in trace.steps for r in s["results"]]

@@ -129,7 +129,16 @@ class DesktopExecutor:
             px, py = round(px / shot.scale), round(py / shot.scale)
         return self._safe(px, py)
 
+    def _one_character(self, keys: tuple[str, ...]) -> str:
+        """The character when `keys` is one printable character that X11 types by its own keysym (a
+        lone "<" pressed through pyautogui's X11 table would arrive as ">"), else ""."""
+        if isinstance(self.input, X11Input) and len(keys) == 1 and len(keys[0]) == 1:
+            return keys[0] if keys[0].isprintable() and self.input.can_type(keys[0]) else ""
+        return ""
+
     def _keys(self, keys: tuple[str, ...]) -> list[str]:
+        if self._one_character(keys):
+            return list(keys)
         names = [key_name(k, self.platform) for k in keys]
         valid = getattr(self.input, "isValidKey", lambda k: True)
         unknown = [k for k, n in zip(keys, names, strict=True) if not valid(n)]
@@ -212,7 +221,10 @@ class DesktopExecutor:
             return ActionResult(True, "dragged", {"pixels": [[sx, sy], [px, py]]})
         if isinstance(action, A.Key):
             names = self._keys(action.keys)
-            pg.hotkey(*names)
+            if self._one_character(action.keys):
+                self._type(names[0])
+            else:
+                pg.hotkey(*names)
             return ActionResult(True, f"pressed {'+'.join(names)}", {"keys": names})
         if isinstance(action, A.Type):
             typed = self._type(action.text)
