@@ -148,3 +148,42 @@ def test_markdown_is_rendered_and_html_from_the_model_never_runs(page, tmp_path)
         expect(text.locator("li").nth(1)).to_contain_text("[bad](javascript:")  # plain text, not a link
         page.wait_for_timeout(300)
         assert page.evaluate("window.__pwned") is None
+
+
+def test_a_reload_keeps_the_tab_signed_in_and_other_tabs_stay_locked_out(page):
+    """The token leaves the address once read; the tab keeps it, so a reload still chats. A new tab or a
+    new browser profile opened without the token gets the token page, and never the chat."""
+    from playwright.sync_api import expect
+
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.server.app import create_app
+    from tests.support.live_server import LiveServer
+
+    token = "reload-test-token-0123456"
+    app = create_app(ReplayEngine(["Still here after the reload."]), Settings(model="replayed"), token=token)
+    with LiveServer(app) as url:
+        page.goto(f"{url}/?token={token}")
+        expect(page.locator("#model")).to_have_text("replayed")
+        assert "token=" not in page.url
+        page.reload()
+        expect(page.locator("#model")).to_have_text("replayed")
+        assert page.url == url + "/"  # the address bar is clean again
+        page.fill("#question", "Are you there?")
+        page.get_by_role("button", name="Ask").click()
+        answer = page.locator(".msg.assistant").nth(0)
+        expect(answer).to_have_attribute("data-state", "done", timeout=30_000)
+        expect(answer.locator(".text")).to_have_text("Still here after the reload.")
+
+        browser = page.context.browser
+        for other in (page.context.new_page(), browser.new_context().new_page()):
+            response = other.goto(url + "/")
+            assert response.status == 401
+            expect(other.locator("h1")).to_have_text("This page needs the server's token")
+            assert other.locator("#question").count() == 0 and other.url == url + "/"
+
+        # A wrong token in the address is refused and forgets the kept one, so the tab does not loop.
+        response = page.goto(f"{url}/?token=wrong-token-0123456789")
+        assert response.status == 401
+        page.reload()
+        expect(page.locator("h1")).to_have_text("This page needs the server's token")

@@ -256,7 +256,7 @@ def test_the_trace_is_complete_after_a_crash(app, tmp_path):
     assert shown.returncode == 0 and "did not finish" in shown.stdout
 
 
-def test_confirm_mode_asks_on_the_terminal_and_a_no_stops_the_run(app, tmp_path):
+def test_confirm_mode_asks_on_the_terminal_and_a_no_goes_back_to_the_model(app, tmp_path):
     engine = replay(
         tmp_path,
         [
@@ -265,12 +265,24 @@ def test_confirm_mode_asks_on_the_terminal_and_a_no_stops_the_run(app, tmp_path)
             call(action="terminate", status="success"),
         ],
     )
-    # Without --yes every action waits for y/n: yes to the click and the typing, no to the checkbox.
-    done = run_cli("run", "--engine", engine, "--trace-dir", str(tmp_path / "t"), "Fill it", input="y\ny\nn\n")
-    assert done.returncode == 1
-    assert "Do it? [y/N]" in done.stderr and "declined" in done.stderr
+    # Without --yes every action waits for an answer: yes to the click and the typing, no to the checkbox,
+    # which the model hears about and answers by ending the task.
+    trace_dir = tmp_path / "t"
+    done = run_cli("run", "--engine", engine, "--trace-dir", str(trace_dir), "Fill it", input="y\ny\nn\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("Do it? [y/n/Q]") == 3 and "The person declined left_click" in done.stdout
     state = app.state()
     assert state["name"] == "yes" and state["agree"] is False
+    assert "The person declined left_click" in read_trace(trace_dir).steps[2]["observation"]
+
+
+def test_confirm_mode_ends_the_run_at_q_or_the_end_of_input(app, tmp_path):
+    engine = replay(tmp_path, [call(action="left_click", coordinate=app.checkbox())] * 2)
+    for i, answers in enumerate(("q\n", "")):
+        done = run_cli("run", "--engine", engine, "--trace-dir", str(tmp_path / f"t{i}"), "Tick it", input=answers)
+        assert done.returncode == 1, done.stderr
+        assert "The person ended the run at: left_click" in done.stderr and done.stderr.count("Do it?") == 1
+    assert app.state()["agree"] is False
 
 
 @pytest.mark.parametrize(

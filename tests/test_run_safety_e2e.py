@@ -30,7 +30,7 @@ def test_with_yes_the_stop_chord_from_the_model_is_refused_and_the_run_goes_on(f
     )
     done = run_cli("run", "--engine", engine, "--yes", "--trace-dir", str(tmp_path / "t"), "Go", input="")
     assert done.returncode == 0, done.stderr
-    assert "WARNING: a system key combination" in done.stderr and "Do it? [y/N]" in done.stderr
+    assert "WARNING: a system key combination" in done.stderr and "Do it? [y/N/q]" in done.stderr
     trace = read_trace(tmp_path / "t")
     assert "was refused" in trace.steps[0]["error"] and "emergency stop" in trace.steps[0]["error"]
     assert "was refused" in trace.steps[1]["observation"]
@@ -65,7 +65,7 @@ def test_yes_refuses_to_start_without_a_working_emergency_stop(tmp_path):
         assert not trace_dir.exists()  # refused before anything started
         # Without --yes every action is confirmed, so the run may start (and here ends at the empty answer).
         asked = run_cli(*args, env={"DISPLAY": display}, input="")
-        assert "Press Ctrl+C here to stop" in asked.stderr and "Do it? [y/N]" in asked.stderr
+        assert "Press Ctrl+C here to stop" in asked.stderr and "Do it? [y/n/Q]" in asked.stderr
     finally:
         xvfb.terminate()
         xvfb.wait()

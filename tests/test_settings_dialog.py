@@ -81,6 +81,8 @@ def test_settings_round_trip_through_the_file(qtbot, path, tmp_path):
         ("max_pixels", "1000", "at least 65536"),
         ("device", "tpu", "device must be"),
         ("model", "  ", "model cannot be empty"),
+        ("engine", "vllm", "Engine must be local, openai:URL"),
+        ("engine", "openai:", "Engine must be local, openai:URL"),
         ("hotkey_ask", (Qt.Key.Key_Q,), "The ask hotkey Q needs a modifier"),
         ("hotkey_region", (Qt.Key.Key_Q, CTRL | ALT), "must all be different"),
         ("hotkey_stop", (Qt.Key.Key_Backspace,), "The stop hotkey is empty"),
@@ -188,3 +190,60 @@ def test_the_dialog_shows_whole_values_and_stays_above_the_ask_windows(qtbot, pa
     for combo in (dialog.device, dialog.safety_mode):
         assert combo.width() >= combo.minimumSizeHint().width()
     assert dialog.windowFlags() & Qt.WindowType.WindowStaysOnTopHint
+
+
+def test_only_what_the_person_changed_is_written_and_every_other_key_stays(qtbot, path):
+    path.parent.mkdir(parents=True)
+    original = (
+        'model = "/models/mine"\n'
+        "max_new_tokens = 77\n"
+        'future_setting = "kept"  # a key this version does not know\n'
+        "\n[hotkeys]\n"
+        'region = "<ctrl>+<alt>+r"\n'
+        "\n[plugins.someday]\n"
+        "level = 3\n"
+    )
+    path.write_text(original)
+    # This run: started with --engine replay:... and QVL_MAX_PIXELS; the file says nothing about either.
+    running = dataclasses.replace(config.load(path, env={}).settings, engine="replay:/tmp/x.json", max_pixels=1_000_000)
+    dialog = open_dialog(qtbot, running, path)
+    assert dialog.engine.currentText() == "replay:/tmp/x.json"  # the dialog shows the engine in use
+    dialog.device.setCurrentText("cpu")
+    press(qtbot, dialog.hotkey_stop, Qt.Key.Key_F9, CTRL | ALT)
+    with qtbot.waitSignal(dialog.saved) as saved:
+        dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    import tomllib
+
+    data = tomllib.loads(path.read_text())
+    assert data == {
+        "model": "/models/mine",
+        "max_new_tokens": 77,
+        "future_setting": "kept",
+        "hotkeys": {"region": "<ctrl>+<alt>+r", "stop": "<ctrl>+<alt>+<f9>"},
+        "plugins": {"someday": {"level": 3}},
+        "device": "cpu",
+    }
+    assert saved.args[0].engine == "replay:/tmp/x.json" and saved.args[0].max_pixels == 1_000_000
+
+
+def test_the_engine_is_edited_in_the_dialog_and_saved(qtbot, path):
+    dialog = open_dialog(qtbot, Settings(), path)
+    assert dialog.engine.currentText() == "local"
+    dialog.engine.setCurrentText("openai:http://127.0.0.1:8000/v1")
+    with qtbot.waitSignal(dialog.saved) as saved:
+        dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert path.read_text() == 'engine = "openai:http://127.0.0.1:8000/v1"\n'
+    assert saved.args[0].engine == "openai:http://127.0.0.1:8000/v1"
+    assert config.load(path, env={}).settings.engine == "openai:http://127.0.0.1:8000/v1"
+
+
+def test_a_settings_file_that_is_not_toml_is_never_overwritten(qtbot, path):
+    path.parent.mkdir(parents=True)
+    path.write_text("max_pixels = [oops\n")
+    dialog = open_dialog(qtbot, Settings(), path)
+    dialog.device.setCurrentText("cpu")
+    saved = []
+    dialog.saved.connect(saved.append)
+    dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert "is not valid TOML" in dialog.error.text() and "nothing was written" in dialog.error.text()
+    assert path.read_text() == "max_pixels = [oops\n" and saved == []

@@ -131,19 +131,24 @@ def test_hotkey_question_streamed_answer_and_quit_from_the_tray_menu(tray_factor
     assert not visible_windows(tray.display, ASK_TITLE)
 
 
-def test_a_hotkey_before_the_model_is_ready_says_loading(tray_factory, tmp_path):
+def test_a_hotkey_after_the_model_failed_to_load_says_why(tray_factory, tmp_path):
     # A model directory that is not there: the engine never becomes ready, the hotkey must not block.
     missing = tmp_path / "no-such-model"
     tray = tray_factory([], env={"QVL_ENGINE": "local", "QVL_MODEL": str(missing)}, args=[])
+    failed = tray.wait_notice("no-such-model", timeout=120)
+    assert "Traceback" not in failed
+    for window in visible_windows(tray.display, ASK_TITLE):  # one a press during the load may have opened
+        xdo(tray.display, "windowactivate", "--sync", window, check=False)
+        xdo(tray.display, "key", "Escape")
+    wait_gone(tray.display, ASK_TITLE)
     # Press until the hotkey listener, which starts with the app, answers.
+    t0 = time.monotonic()
     deadline = time.monotonic() + 60
-    while not any("Still loading" in line or "not available" in line for line in tray.notices()):
+    while not any("not available" in line for line in tray.notices(after=t0)):
         assert time.monotonic() < deadline, f"the hotkey got no answer; stderr: {tray.notices()}"
         xdo(tray.display, "key", "ctrl+alt+q")
         time.sleep(0.5)
     assert not visible_windows(tray.display, ASK_TITLE)
-    failed = tray.wait_notice("no-such-model", timeout=120)
-    assert "Traceback" not in failed
     # Still responsive: it takes the quit command from another process.
     tray.quit()
 
@@ -353,8 +358,8 @@ def test_settings_open_above_an_ask_window_and_a_recorded_hotkey_works_at_once(t
     assert w * h > 0.5 * dw * dh, f"the windows hardly overlap: dialog {dx, dy, dw, dh}, ask window {ax, ay, aw, ah}"
     open_dialog = grab(tray.display, x, y, w, h)
     xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
-    # Model, device, max pixels, then the ask hotkey: recorded by pressing the new combination.
-    xdo(tray.display, "key", "Tab", "Tab", "Tab")
+    # Engine, model, device, max pixels, then the ask hotkey: recorded by pressing the new combination.
+    xdo(tray.display, "key", "Tab", "Tab", "Tab", "Tab")
     xdo(tray.display, "key", "ctrl+alt+a")
     xdo(tray.display, "key", "Return")
     saved = tray.wait_notice("Settings saved to", after=t0)
@@ -375,4 +380,102 @@ def test_settings_open_above_an_ask_window_and_a_recorded_hotkey_works_at_once(t
     wait_gone(tray.display, ASK_TITLE)
     xdo(tray.display, "key", "ctrl+alt+a")
     wait_window(tray.display, ASK_TITLE)
+    tray.quit()
+
+
+def test_a_second_hotkey_press_reuses_the_ask_window_and_the_model_never_sees_our_windows(tray_factory):
+    """The tray talks to a model server on 127.0.0.1 that keeps every image it is sent: the screenshot
+    taken while an ask window is open shows the bare desktop, and the second press reuses that window.
+    After Settings → Save reloads the model, the open window is closed (its conversation belonged to the
+    old engine) and the next press works with the new one."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    from qvl_agent.config import Settings
+    from qvl_agent.server.app import create_app
+    from tests.support.live_server import EchoEngine, EchoSession, LiveServer
+
+    seen: list = []
+
+    class Recording(EchoSession):
+        def _generate(self, text, images, options):
+            seen.extend(images)
+            return super()._generate(text, images, options)
+
+    class RecordingEngine(EchoEngine):
+        def open_session(self, images=(), system=None, tools=None):
+            session = Recording(self, images, system, tools)
+            self.sessions.append(session)
+            return session
+
+    token = "tray-model-server-token-0123"
+    env = dict(os.environ, DISPLAY="")
+    desktop = (0x33, 0x66, 0xAA)
+    app = create_app(RecordingEngine(), Settings(model="recorder"), token=token)
+    with LiveServer(app) as url:
+        tray = tray_factory([], args=["--engine", f"openai:{url}/v1"], env={"QVL_API_KEY": token})
+        env["DISPLAY"] = tray.display
+        subprocess.run(["xsetroot", "-solid", "#3366aa"], env=env, check=True)
+        try:
+            tray.wait_notice("Ready:")
+            xdo(tray.display, "mousemove", "300", "300")
+            first, _ = open_ask_window(tray)
+            type_into(tray, first, "one")
+            assert copied_answer(tray, "echo:one", timeout=30).startswith("echo:one")
+            # The second press, with the first window open in the middle of the screen.
+            x, y, w, h = geometry(tray.display, first)
+            xdo(tray.display, "key", "ctrl+alt+q")
+            deadline = time.monotonic() + 20
+            while len(seen) < 2:
+                type_into(tray, wait_window(tray.display, ASK_TITLE), "two")
+                assert time.monotonic() < deadline, "the second question never reached the model"
+                time.sleep(0.5)
+            assert visible_windows(tray.display, ASK_TITLE) == [first]  # one window, the same one
+            shot = Image.open(BytesIO(seen[-1].to_png())).convert("RGB")
+            assert shot.size == (1920, 1080)
+            # Everything above the tray strip is the bare desktop: no ask window, no marker, nothing of ours.
+            above_tray = shot.crop((0, 0, 1920, 1080 - 40))
+            colours = dict((c, n) for n, c in above_tray.getcolors(1920 * 1080))
+            assert set(colours) == {desktop}, f"the model saw more than the desktop where ({x}, {y}, {w}, {h}) was"
+
+            # Settings → Save with a new pixel cap reloads the model and closes the open window.
+            t0 = time.monotonic()
+            assert tray.cli("tray", "--send", "settings").returncode == 0
+            dialog = wait_window(tray.display, "^qvl-agent settings$")
+            xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
+            xdo(tray.display, "key", "Tab", "Tab", "Tab", "ctrl+a")  # engine, model, device, max pixels
+            xdo(tray.display, "type", "1000000")
+            xdo(tray.display, "key", "Return")
+            saved = tray.wait_notice("Settings saved to", after=t0)
+            assert "Reloading" in saved and "ask windows were closed" in saved
+            wait_gone(tray.display, ASK_TITLE)
+            tray.wait_notice("Ready:", after=t0)
+            again, _ = open_ask_window(tray)
+            type_into(tray, again, "three")
+            assert copied_answer(tray, "echo:three", timeout=30).startswith("echo:three")
+            tray.quit()
+        finally:
+            subprocess.run(["xsetroot", "-solid", "black"], env=env, check=False)
+
+
+def test_a_hotkey_pressed_while_the_model_loads_is_answered_once_it_is_ready(tray_factory, tiny_model_dir):
+    env = {"QVL_ENGINE": "local", "QVL_MODEL": str(tiny_model_dir), "QVL_DEVICE": "cpu", "QVL_MAX_NEW_TOKENS": "8"}
+    tray = tray_factory([], env=env, args=[])
+    deadline = time.monotonic() + 60
+    while not any("Still loading" in line for line in tray.notices()):
+        assert not any("Ready:" in line for line in tray.notices()), "the model loaded before the hotkey worked"
+        assert time.monotonic() < deadline, f"the hotkey got no answer; stderr: {tray.notices()}"
+        xdo(tray.display, "key", "ctrl+alt+q")
+        time.sleep(0.3)
+    window = wait_window(tray.display, ASK_TITLE)  # the window opens at once, not after the load
+    type_into(tray, window, "What is on the screen?")
+    assert not any("Ready:" in line for line in tray.notices()), "too late to ask while loading"
+    tray.wait_notice("Ready:", timeout=180)
+    deadline = time.monotonic() + 60
+    while not clipboard(tray.display):
+        assert time.monotonic() < deadline, "the question asked while loading was never answered"
+        xdo(tray.display, "key", "alt+c")
+        time.sleep(0.3)
+    assert len(visible_windows(tray.display, ASK_TITLE)) == 1
     tray.quit()

@@ -133,7 +133,7 @@ def test_escape_closes_the_window_and_cancels(qtbot, host):
         qtbot.keyClick(win.question, Qt.Key.Key_Escape)
 
 
-def test_question_before_the_model_is_ready_says_so(qtbot, host):
+def test_a_question_asked_while_the_model_loads_is_answered_once_it_is_ready(qtbot, host):
     gate = threading.Event()
     engine = ReplayEngine(["Ready now."])
 
@@ -143,14 +143,33 @@ def test_question_before_the_model_is_ready_says_so(qtbot, host):
 
     host.load(slow_factory)
     win = open_window(qtbot, host)
+    assert "still loading" in win.status.text()
     win.question.setText("Hello?")
     win.question.returnPressed.emit()
-    assert "not ready" in win.status.text()
+    assert "Waiting for the model" in win.status.text()
     assert engine.requests == []
-    with qtbot.waitSignal(host.ready, timeout=30_000):
+    with qtbot.waitSignal(host.answered, timeout=30_000):
         gate.set()
-    ask(qtbot, win, "Hello?")
     qtbot.waitUntil(lambda: "Ready now." in win.answer_view.toPlainText())
+    assert [r.text for r in engine.requests] == ["Hello?"]
+
+
+def test_a_reused_window_starts_over_about_the_new_screenshot(qtbot, host):
+    engine = ReplayEngine(["First answer.", "Second answer."])
+    load(qtbot, host, engine)
+    win = open_window(qtbot, host)
+    ask(qtbot, win, "One?")
+    qtbot.waitUntil(lambda: "First answer." in win.answer_view.toPlainText())
+    first = win.conversation
+    other = make_shot(color=(200, 30, 30))
+    win.show_screenshot(other, region=True)
+    assert win.windowTitle() == "qvl-agent: ask about the region"
+    assert win.answer_view.toPlainText() == "" and win.last_answer == ""
+    ask(qtbot, win, "Two?")
+    qtbot.waitUntil(lambda: "Second answer." in win.answer_view.toPlainText())
+    assert win.conversation is not first and first.session is not win.conversation.session
+    assert engine.requests[1].image_hashes == [other.content_hash]
+    assert "First answer." not in win.answer_view.toPlainText()
 
 
 def test_do_it_and_playwright_buttons_hand_over_the_request(qtbot, host):

@@ -1,7 +1,9 @@
 """Carrying out actions on the real desktop with pyautogui, and watching it with mss.
 
 All OS input goes through `self.input` (the pyautogui module, imported on first use because importing it
-without a display raises), so a test can hand in another object with the same few functions.
+without a display raises), so a test can hand in another object with the same few functions. On X11 it is
+pyautogui with typed text going through XTest instead (`act.x11_typing`): pyautogui's X11 key table turns
+"<" into ">" and cannot type beyond ASCII; Windows and macOS type through pyautogui itself.
 
 Safety, in this order: every point comes from `image.to_pixels` through the screenshot the model looked
 at, so it lies on the captured screen; a target that falls on one of pyautogui's fail-safe corners is
@@ -15,11 +17,13 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.base import ActionResult
 from qvl_agent.act.keys import canonical
+from qvl_agent.act.x11_typing import X11Input
 from qvl_agent.errors import ActionError, CaptureError, EmergencyStop
 from qvl_agent.image import Region, Screenshot, to_pixels
 
@@ -38,6 +42,13 @@ def _load_pyautogui():
         raise CaptureError(f"Cannot control the pointer and keyboard on this display: {exc}.") from None
     pyautogui.PAUSE = PAUSE_S
     pyautogui.FAILSAFE = True  # kept for the person: shove the pointer into a corner to stop
+    return pyautogui
+
+
+def _load_input(platform: str):
+    pyautogui = _load_pyautogui()
+    if platform.startswith("linux"):  # X11, or XWayland (display_problem refused bare Wayland)
+        return X11Input(pyautogui)
     return pyautogui
 
 
@@ -74,7 +85,7 @@ class DesktopExecutor:
     @property
     def input(self):
         if self._input is None:
-            self._input = _load_pyautogui()
+            self._input = _load_input(self.platform)
         return self._input
 
     # --- watching -------------------------------------------------------------------------------------
@@ -118,7 +129,16 @@ class DesktopExecutor:
             px, py = round(px / shot.scale), round(py / shot.scale)
         return self._safe(px, py)
 
+    def _one_character(self, keys: tuple[str, ...]) -> str:
+        """The character when `keys` is one printable character that X11 types by its own keysym (a
+        lone "<" pressed through pyautogui's X11 table would arrive as ">"), else ""."""
+        if isinstance(self.input, X11Input) and len(keys) == 1 and len(keys[0]) == 1:
+            return keys[0] if keys[0].isprintable() and self.input.can_type(keys[0]) else ""
+        return ""
+
     def _keys(self, keys: tuple[str, ...]) -> list[str]:
+        if self._one_character(keys):
+            return list(keys)
         names = [key_name(k, self.platform) for k in keys]
         valid = getattr(self.input, "isValidKey", lambda k: True)
         unknown = [k for k, n in zip(keys, names, strict=True) if not valid(n)]
@@ -129,7 +149,8 @@ class DesktopExecutor:
         return names
 
     def _check_text(self, text: str) -> None:
-        valid = getattr(self.input, "isValidKey", lambda k: True)
+        x11 = isinstance(self.input, X11Input)
+        valid = self.input.can_type if x11 else getattr(self.input, "isValidKey", lambda k: True)
         missing = sorted({c for c in text if not valid(c)})
         if missing:
             raise ActionError(f"Cannot type {''.join(missing)!r} with this keyboard; type plain ASCII text instead.")
@@ -141,11 +162,19 @@ class DesktopExecutor:
         elif isinstance(action, A.Type):
             self._check_text(action.text)
 
-    def _type(self, text: str) -> None:
+    def _type(self, text: str) -> int:
+        """Type `text` one character at a time; the number of characters typed."""
         self._check_text(text)
-        for char in text:
-            self.interrupt()  # a long text must not outlive the emergency stop
-            self.input.write(char)
+        typed = 0
+        with self.input.typing() if isinstance(self.input, X11Input) else nullcontext():
+            for char in text:
+                self.interrupt()  # a long text must not outlive the emergency stop
+                try:
+                    self.input.write(char)
+                except ActionError as exc:
+                    raise ActionError(f"{exc} Typed {typed} of {len(text)} characters before that.") from None
+                typed += 1
+        return typed
 
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         pg = self.input
@@ -192,11 +221,14 @@ class DesktopExecutor:
             return ActionResult(True, "dragged", {"pixels": [[sx, sy], [px, py]]})
         if isinstance(action, A.Key):
             names = self._keys(action.keys)
-            pg.hotkey(*names)
+            if self._one_character(action.keys):
+                self._type(names[0])
+            else:
+                pg.hotkey(*names)
             return ActionResult(True, f"pressed {'+'.join(names)}", {"keys": names})
         if isinstance(action, A.Type):
-            self._type(action.text)
-            return ActionResult(True, f"typed {len(action.text)} characters", {"text": action.text})
+            typed = self._type(action.text)
+            return ActionResult(True, f"typed {typed} character{'s' * (typed != 1)}", {"text": action.text})
         if isinstance(action, A.Scroll | A.HScroll):
             clicks = int(max(-MAX_SCROLL_CLICKS, min(MAX_SCROLL_CLICKS, round(action.pixels))))
             detail: dict = {"clicks": clicks}
@@ -210,4 +242,7 @@ class DesktopExecutor:
         return ActionResult(True, A.describe(action))
 
     def close(self) -> None:
-        """Nothing stays held: a drag releases its button even when it fails."""
+        """Nothing stays held (a drag releases its button even when it fails); keys lent to the keyboard
+        map for characters it lacked are given back."""
+        if isinstance(self._input, X11Input):
+            self._input.restore_keymap()

@@ -3,8 +3,11 @@
     qvl-agent run [--model ...] [--engine ...] [--yes | --dry-run] [--allow-keys] [--max-steps N]
                   [--monitor N | --region X,Y,W,H] [--trace-dir DIR] [--secret NAME ...] TASK
 
-By default every action is shown with its pixel coordinates and waits for y/n on the terminal (`--yes`
-runs without asking, `--dry-run` touches nothing). System key combinations (log out, lock, console
+By default every action is shown with its pixel coordinates, the model's words for the reply and a
+marker ring on the screen, and waits on the terminal: y does it, n refuses it and tells the model (which
+then tries something else), q (or anything else, or the end of input) ends the run. What could not be
+done anyway (a point outside the screen, a key this keyboard lacks, a limit) is refused before asking.
+`--yes` runs without asking, `--dry-run` touches nothing. System key combinations (log out, lock, console
 switch) are asked about even with `--yes` unless `--allow-keys`. The emergency stop hotkey (default
 ctrl+alt+Escape) halts the run at once; `--yes` refuses to start without it. Exit 0 when the model
 ends with success, 1 on failure, stop or a limit, 2 on bad usage or input. Every run writes a trace
@@ -14,12 +17,16 @@ folder (`qvl-agent trace show DIR` prints it).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
+from qvl_agent import actions as A
 from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
-from qvl_agent.act.guard import Guard
+from qvl_agent.act.guard import Guard, Pixels, _read_line, describe_pixels
+from qvl_agent.act.keys import system_chord
+from qvl_agent.actions import printable
 from qvl_agent.agent import Agent
 from qvl_agent.capture import list_monitors, monitor_choices
 from qvl_agent.cli import (
@@ -33,9 +40,72 @@ from qvl_agent.cli import (
 )
 from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
-from qvl_agent.errors import UsageError
-from qvl_agent.image import Region
+from qvl_agent.errors import ActionError, UsageError
+from qvl_agent.image import Region, Screenshot
 from qvl_agent.trace import TraceWriter, default_trace_dir
+from qvl_agent.ui.terminal_marker import TerminalMarker
+
+_TOOL_CALL = re.compile(r"<tool_call>.*?(</tool_call>|$)", re.DOTALL)
+# The capital letter is what Enter (or the end of input) answers: in confirm mode the run ends, as before;
+# under --yes, which asks only about system key combinations, the chord is refused and the model told.
+PROMPTS = {"auto": "Do it? [y/N/q] ", "confirm": "Do it? [y/n/Q] "}
+HELP = "(y: do it, n: refuse and tell the model, q: end the run)"
+
+
+class TerminalConfirm:
+    """Confirm mode on the terminal. Called by the guard for each action after its own checks (screen,
+    confinement, limits); refuses what the keyboard cannot do before asking; shows the reply's words once
+    per reply and a marker ring on the point while it asks. y: True. n: ActionError, which reaches the
+    model as the next observation. q or the stop hotkey: the run ends. Anything else (Enter, the end of
+    input) is q in confirm mode and n under --yes."""
+
+    def __init__(self, guard: Guard, desktop: DesktopExecutor, marker=None, stream=None):
+        self.guard, self.desktop, self.marker, self.stream = guard, desktop, marker, stream
+        self._reply: str | None = None
+
+    def on_event(self, event) -> None:
+        if event.kind == "reply":
+            self._reply = event.message
+
+    def _say_reply(self) -> None:
+        words = _TOOL_CALL.sub("", self._reply or "").strip()
+        self._reply = None
+        if words:
+            text = printable(words, keep="\n").replace("\n", "\n    ")
+            print(f"qvl-agent: the model says:\n    {text}", file=sys.stderr, flush=True)
+
+    def __call__(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
+        self.desktop.validate(action)  # a key this keyboard lacks is refused now, not after a "y"
+        self._say_reply()
+        stop_chord = getattr(self.guard, "_stop_chord", frozenset())
+        why = system_chord(action.keys, stop_chord) if isinstance(action, A.Key) else ""
+        warning = f" WARNING: a system key combination ({why})." if why else ""
+        marked = bool(pixels) and self.marker is not None and self.marker.show(*pixels[0], A.describe(action))
+        where = " (marked on the screen)" if marked else ""
+        prompt = PROMPTS.get(self.guard.mode, PROMPTS["confirm"])
+        print(f"qvl-agent: {describe_pixels(action, pixels)}{where}.{warning} {HELP} {prompt}",
+              end="", file=sys.stderr, flush=True)  # fmt: skip
+        try:
+            answer = _read_line(sys.stdin if self.stream is None else self.stream, self.guard.switch).strip().lower()
+        finally:
+            if marked:
+                self.marker.hide()
+        if self.guard.switch.is_set():
+            print(file=sys.stderr, flush=True)  # end the prompt's line before the stop message
+            return False
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("n", "no") or (answer not in ("q", "quit") and self.guard.mode == "auto"):
+            if why:
+                raise ActionError(
+                    f"{A.describe(action)} was refused: {why}. Reach the goal without system key combinations."
+                )
+            raise ActionError(
+                f"The person declined {A.describe(action)}: do something else, or end the task if there is no "
+                "other way."
+            )
+        self.guard.stop(f"The person ended the run at: {describe_pixels(action, pixels)}.")
+        return False
 
 
 def register(sub) -> None:
@@ -82,6 +152,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     desktop = DesktopExecutor(monitor=args.monitor, region=region, interrupt=guard.switch.check)
     executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop
+    marker = TerminalMarker() if mode == "confirm" else None
+    confirm = TerminalConfirm(guard, desktop, marker)
+    guard.confirm = confirm  # also what --yes asks about system key combinations
+
+    def on_event(event) -> None:
+        confirm.on_event(event)
+        print_event(event, prefix=dry)
+
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = None
     try:
@@ -109,7 +187,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 guard,
                 trace,
                 max_steps=args.max_steps,
-                on_event=lambda event: print_event(event, prefix=dry),
+                on_event=on_event,
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
             )
@@ -117,6 +195,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         guard.close()
         executor.close()
+        if marker is not None:
+            marker.close()
         if trace is not None:
             trace.close()
 

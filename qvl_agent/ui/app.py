@@ -1,9 +1,13 @@
 """The tray app: icon and menu (or a launcher), hotkeys, the engine in the background, ask windows.
 
-Flow of a hotkey press: pynput's thread → Qt signal → `ask_screen` in the GUI thread, which grabs the
-monitor under the pointer *first* and only then opens the ask window, so nothing of ours is in the
-screenshot. The engine loads once on its own thread at start; a hotkey pressed before it is ready gets a
-"still loading" notice instead of a frozen UI. Every notice is also written to stderr, one line each.
+Flow of a hotkey press: pynput's thread → Qt signal → `ask_screen` in the GUI thread, which hides every
+window of ours that is showing (ask windows, markers, settings, launcher, waiting a moment for the screen
+to repaint without them), grabs the monitor under the pointer, and only then shows the ask window: the
+model never sees our own windows. Each screen has one ask window, reused by the next press there. The
+engine loads once on its own thread at start; a hotkey pressed while it loads opens the window at once,
+and a question asked there is answered as soon as the engine is ready (queued on the engine thread
+behind the load). After Settings → Save reloads the engine, the open ask windows are closed, so no
+conversation stays tied to the old engine. Every notice is also written to stderr, one line each.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, QUrl, Slot
 from PySide6.QtGui import QAction, QCursor, QDesktopServices
-from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon
+from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon, QWidget
+from shiboken6 import isValid
 
 from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
@@ -32,7 +37,7 @@ from qvl_agent.ui.screen import browser_on_screen, crop, grab_under_pointer
 from qvl_agent.ui.script_flow import ScriptFlow
 from qvl_agent.ui.settings_dialog import SettingsDialog
 
-MENU_SETTLE_MS = 150  # a menu or launcher we just hid must be gone from the screen before the grab
+MENU_SETTLE_MS = 150  # a menu or window we just hid must be gone from the screen before the grab
 
 
 class TrayApp(QObject):
@@ -50,7 +55,8 @@ class TrayApp(QObject):
         self.instance = instance
         self.notices = list(notices)
         self.host = EngineHost(self)
-        self.windows: list[AskWindow] = []
+        self.windows: list[AskWindow] = []  # at most one per screen
+        self._reused: list[AskWindow] = []  # shown again by the grab that reused them
         self.tray: QSystemTrayIcon | None = None
         self.launcher: Launcher | None = None
         self.listener = hk.HotkeyListener(settings.hotkeys, self)
@@ -165,13 +171,11 @@ class TrayApp(QObject):
         self.notify(message, error=True)
 
     def _not_ready(self) -> bool:
-        """Say why asking cannot start yet (loading or failed); True when it cannot."""
-        if self.host.is_ready:
+        """Say why the engine cannot take work (its load failed); True when it cannot. While it loads,
+        work is queued behind the load on the engine thread, so a loading engine is not refused."""
+        if self.host.state != "failed":
             return False
-        if self.host.state == "failed":
-            self.notify(f"The model is not available: {self.host.message}", error=True)
-        else:
-            self.notify("Still loading the model; ask again in a moment.")
+        self.notify(f"The model is not available: {self.host.message}", error=True)
         return True
 
     # --- asking ---------------------------------------------------------------------------------------
@@ -186,35 +190,67 @@ class TrayApp(QObject):
         if self.launcher is not None:
             self.launcher.show()
 
+    def _own_windows(self) -> list[QWidget]:
+        """Our windows that can be on the screen (the tray icon is no window of this kind: it stays)."""
+        windows: list[QWidget] = [self.launcher, getattr(self, "_settings_dialog", None)]
+        for window in self.windows:
+            windows += [window, window.marker]
+        windows.append(self.automation.marker)
+        return [w for w in windows if w is not None and isValid(w)]
+
+    def _hide_own_windows(self) -> list[QWidget]:
+        """Hide every window of ours that is on screen; the ones hidden."""
+        shown = [w for w in self._own_windows() if w.isVisible()]
+        for widget in shown:
+            widget.hide()
+        return shown
+
+    def _grab_without_us(self, then) -> None:
+        """Grab the monitor under the pointer with our windows hidden, then call `then(shot, screen,
+        browser)` and show the hidden windows again (the launcher and the other screens' windows)."""
+        browser = browser_on_screen()  # before our window takes the focus
+        hidden = self._hide_own_windows()
+
+        def grab() -> None:
+            try:
+                shot, screen = grab_under_pointer()
+            except CaptureError as exc:
+                self.notify(str(exc), error=True)
+                shot = None
+            try:
+                if shot is not None:
+                    then(shot, screen, browser)
+            finally:
+                for widget in hidden:
+                    if isValid(widget) and not widget.isVisible() and widget not in self._reused:
+                        widget.show()
+                self._reused.clear()
+                self._restore_launcher()
+
+        if hidden:
+            QTimer.singleShot(MENU_SETTLE_MS, grab)  # the windows under ours repaint first
+        else:
+            grab()
+
     @Slot()
     def ask_screen(self) -> None:
-        """Grab the monitor under the pointer, then open an ask window about it."""
+        """Grab the monitor under the pointer, then open (or reuse) the ask window about it."""
         if self._not_ready():
-            self._restore_launcher()
             return
-        try:
-            browser = browser_on_screen()  # before our window takes the focus
-            shot, _screen = grab_under_pointer()
-        except CaptureError as exc:
-            self._restore_launcher()
-            self.notify(str(exc), error=True)
-            return
-        self.open_ask_window(shot, browser)
-        self._restore_launcher()
+        if not self.host.is_ready:
+            self.notify("Still loading the model: a question asked now is answered as soon as it is ready.")
+        self._grab_without_us(lambda shot, _screen, browser: self.open_ask_window(shot, browser))
 
     @Slot()
     def ask_region(self) -> None:
         """Grab the monitor under the pointer, then let the person drag the region to ask about."""
         if self._not_ready():
-            self._restore_launcher()
             return
-        try:
-            browser = browser_on_screen()
-            shot, screen = grab_under_pointer()
-        except CaptureError as exc:
-            self._restore_launcher()
-            self.notify(str(exc), error=True)
-            return
+        if not self.host.is_ready:
+            self.notify("Still loading the model: a question asked now is answered as soon as it is ready.")
+        self._grab_without_us(self._choose_region)
+
+    def _choose_region(self, shot: Screenshot, screen, browser: bool) -> None:
         overlay = RegionOverlay(shot, screen)
         overlay.selected.connect(lambda region: self._region_chosen(shot, region, browser))
         overlay.cancelled.connect(self._restore_launcher)
@@ -230,17 +266,31 @@ class TrayApp(QObject):
         self.open_ask_window(part, browser, region=True)
         self._restore_launcher()
 
+    def _window_on(self, screen) -> AskWindow | None:
+        for window in self.windows:
+            if isValid(window) and QApplication.screenAt(window.frameGeometry().center()) == screen:
+                return window
+        return None
+
     def open_ask_window(self, shot: Screenshot, browser: bool = False, region: bool = False) -> AskWindow:
-        options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
-        window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region)
-        window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
-        window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
-        window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
-        self.windows.append(window)
+        """The ask window of the screen under the pointer, about `shot`: the one already there starts
+        over, else a new one opens in the middle of the screen."""
         screen = QApplication.screenAt(QCursor.pos()) or QApplication.primaryScreen()
-        frame = window.frameGeometry()
-        frame.moveCenter(screen.availableGeometry().center())
-        window.move(frame.topLeft())
+        window = self._window_on(screen)
+        if window is not None:
+            window.options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
+            window.show_screenshot(shot, browser_on_screen=browser, region=region)
+            self._reused.append(window)
+        else:
+            options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
+            window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region)
+            window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
+            window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
+            window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
+            self.windows.append(window)
+            frame = window.frameGeometry()
+            frame.moveCenter(screen.availableGeometry().center())
+            window.move(frame.topLeft())
         window.show()
         window.raise_()
         window.activateWindow()
@@ -252,6 +302,9 @@ class TrayApp(QObject):
     @Slot()
     def run_task(self) -> None:
         if self._not_ready():
+            return
+        if not self.host.is_ready:  # a task that starts clicking whenever loading ends would surprise
+            self.notify("Still loading the model; give the task again in a moment.")
             return
         task, ok = QInputDialog.getText(None, "qvl-agent: run a task", "What should the agent do on this screen?")
         if ok and task.strip():
@@ -302,8 +355,17 @@ class TrayApp(QObject):
             if problem:
                 self.notify(problem, error=True)
         reload = dataclasses.replace(old, hotkeys=new.hotkeys, safety_mode=new.safety_mode) != new
-        self.notify(f"Settings saved to {self.settings_path}." + (" Reloading the model…" if reload else ""))
+        closing = reload and bool(self.windows)
+        self.notify(
+            f"Settings saved to {self.settings_path}."
+            + (" Reloading the model…" if reload else "")
+            + (" The open ask windows were closed (their conversations were with the old model)." if closing else "")
+        )
         if reload:
+            # Each window's conversation holds a session (and its KV cache) of the old engine: closing
+            # them frees those on the engine thread before the load there closes the old engine.
+            for window in list(self.windows):
+                window.close()
             self.load_engine()
 
     @Slot(str)

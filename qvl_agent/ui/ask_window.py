@@ -82,24 +82,14 @@ class AskWindow(QWidget):
     ) -> None:
         super().__init__(None, Qt.WindowType.Window | Qt.WindowType.WindowStaysOnTopHint)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        self.subject = "region" if region else "screen"
-        self.setWindowTitle(TITLE.format(subject=self.subject))
         self.host = host
-        self.shot = shot
         self.options = options
-        self.conversation = Conversation(images=(shot,))
         self.marker = ClickMarker()
         self._marker_timer = QTimer(self, singleShot=True, interval=LOCATE_MARKER_MS, timeout=self.marker.hide)
-        self._request: int | None = None
-        self._locating: tuple[int, str] | None = None  # (request, description) of a running "Where is…?"
-        self._answer = ""
-        self._question = ""
-        self._history: list[tuple[str, str]] = []  # finished (question, answer) pairs
         self._render_pending = False
-        self.last_answer = ""
-        self.last_question = ""
-        self.browser_on_screen = browser_on_screen
-        self._build(browser_on_screen)
+        self._build()
+        self.conversation: Conversation | None = None
+        self.show_screenshot(shot, browser_on_screen=browser_on_screen, region=region)
         host.piece.connect(self._on_piece)
         host.answered.connect(self._on_answered)
         host.errored.connect(self._on_error)
@@ -107,24 +97,55 @@ class AskWindow(QWidget):
         host.called.connect(self._on_located)
         host.call_failed.connect(self._on_locate_failed)
 
+    def show_screenshot(self, shot: Screenshot, *, browser_on_screen: bool = False, region: bool = False) -> None:
+        """Start over about a new screenshot (the tray reuses one window per screen): the old conversation
+        is stopped and its session freed on the engine thread."""
+        self._drop_conversation()
+        self.shot = shot
+        self.subject = "region" if region else "screen"
+        self.setWindowTitle(TITLE.format(subject=self.subject))
+        self.conversation = Conversation(images=(shot,))
+        self._request: int | None = None
+        self._locating: tuple[int, str] | None = None  # (request, description) of a running "Where is…?"
+        self._answer = ""
+        self._question = ""
+        self._history: list[tuple[str, str]] = []  # finished (question, answer) pairs
+        self.last_answer = ""
+        self.last_question = ""
+        self.browser_on_screen = browser_on_screen
+        self._marker_timer.stop()
+        self.marker.hide()
+        self.thumbnail.setPixmap(
+            QPixmap.fromImage(to_qimage(shot)).scaledToWidth(THUMB_WIDTH, Qt.TransformationMode.SmoothTransformation)
+        )
+        self.thumbnail.setToolTip(f"{shot.width}×{shot.height} at ({shot.left}, {shot.top})")
+        self.question.setPlaceholderText(f"Ask about the {self.subject} and press Enter")
+        self.playwright_button.setVisible(browser_on_screen)
+        if self.host.state == "loading":
+            self.status.setText("The model is still loading; a question asked now is answered once it is ready.")
+        else:
+            self.status.setText(f"Ask a question about this {self.subject}.")
+        self.answer_view.clear()
+        self._update_buttons()
+
+    def _drop_conversation(self) -> None:
+        conversation, self.conversation = self.conversation, None
+        if conversation is not None:
+            conversation.cancel()
+            # Free the KV cache on the engine thread, behind whatever turn is still finishing there.
+            self.host.call(lambda _engine: conversation.close())
+
     # --- layout -------------------------------------------------------------------------------------
 
-    def _build(self, browser_on_screen: bool) -> None:
+    def _build(self) -> None:
         self.thumbnail = QLabel()
-        self.thumbnail.setPixmap(
-            QPixmap.fromImage(to_qimage(self.shot)).scaledToWidth(
-                THUMB_WIDTH, Qt.TransformationMode.SmoothTransformation
-            )
-        )
-        self.thumbnail.setToolTip(f"{self.shot.width}×{self.shot.height} at ({self.shot.left}, {self.shot.top})")
         self.answer_view = QTextBrowser()
         self.answer_view.setOpenExternalLinks(True)
         self.answer_view.setPlaceholderText("The answer appears here.")
         self.question = QLineEdit()
-        self.question.setPlaceholderText(f"Ask about the {self.subject} and press Enter")
         self.question.returnPressed.connect(self.submit)
         self.question.textChanged.connect(self._update_buttons)
-        self.status = QLabel(f"Ask a question about this {self.subject}.")
+        self.status = QLabel()
         self.status.setWordWrap(True)
 
         self.copy_button = QPushButton("&Copy")
@@ -141,7 +162,6 @@ class AskWindow(QWidget):
         self.do_it_button.clicked.connect(self._do_it)
         self.playwright_button.clicked.connect(self._playwright)
         self.stop_button.clicked.connect(self.stop)
-        self.playwright_button.setVisible(browser_on_screen)
 
         buttons = QHBoxLayout()
         for button in (self.copy_button, self.locate_button, self.do_it_button, self.playwright_button):
@@ -157,7 +177,6 @@ class AskWindow(QWidget):
         layout.addLayout(buttons)
         self.resize(560, 640)
         QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.close)
-        self._update_buttons()
         self.question.setFocus()
 
     def _update_buttons(self) -> None:
@@ -181,21 +200,21 @@ class AskWindow(QWidget):
         text = self.question.text().strip()
         if not text or self.busy:
             return
-        if not self.host.is_ready:
-            self.status.setText(f"The model is not ready yet ({self.host.message}).")
+        if self.host.state == "failed":
+            self.status.setText(f"The model is not available: {self.host.message}")
             return
         self._question, self._answer = text, ""
         self.question.clear()
         self.marker.hide()
-        self._request = self.host.ask(self.conversation, text, self.options)
-        self.status.setText("Answering…")
+        self._request = self.host.ask(self.conversation, text, self.options)  # queued behind a loading model
+        self.status.setText("Answering…" if self.host.is_ready else "Waiting for the model to finish loading…")
         self._render()
         self._update_buttons()
 
     @Slot()
     def stop(self) -> None:
         """Cancel the running answer; what arrived so far stays on screen."""
-        if self.busy:
+        if self.busy and self.conversation is not None:
             self.conversation.cancel()
             self.status.setText("Stopping…")
 
@@ -321,7 +340,6 @@ class AskWindow(QWidget):
     # --- window events --------------------------------------------------------------------------------
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
-        self.conversation.cancel()
         self._marker_timer.stop()
         self.marker.close()
         for signal, slot in (
@@ -333,8 +351,6 @@ class AskWindow(QWidget):
             (self.host.call_failed, self._on_locate_failed),
         ):
             signal.disconnect(slot)
-        # Free the KV cache on the engine thread, behind whatever turn is still finishing there.
-        conversation = self.conversation
-        self.host.call(lambda _engine: conversation.close())
+        self._drop_conversation()
         self.closed.emit()
         super().closeEvent(event)

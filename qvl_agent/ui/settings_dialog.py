@@ -1,18 +1,22 @@
-"""The settings dialog: model, device, screenshot pixel cap, hotkeys, safety mode.
+"""The settings dialog: engine, model, device, screenshot pixel cap, hotkeys, safety mode.
 
 Hotkeys are recorded by pressing them (`HotkeyEdit`) and shown as "Ctrl+Alt+Q". Values are checked before
-anything is written (`Settings.validated` plus the hotkey check); a bad value is refused with one sentence
-in the dialog, which stays open. Saving goes through `config.save`, which writes atomically. Only the
-fields shown here change: whatever else the file holds is kept, and values that came from flags or the
-environment for this run are not written into it. The dialog stays on top, like the ask windows it may be
-opened from.
+anything is written (`Settings.validated` plus the hotkey and engine checks); a bad value is refused with
+one sentence in the dialog, which stays open. Saving writes only the values the person changed in the
+dialog into config.toml, atomically: every other key of the file (settings left alone, keys this version
+does not know) stays as it was, and values that came from flags or the environment for this run are not
+written unless the person changed them here. A file that cannot be read as TOML is never overwritten.
+(The file is rewritten as TOML, so comments in it are not kept.) The dialog stays on top, like the ask
+windows it may be opened from.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
+import tomli_w
 from PySide6.QtCore import Qt, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
@@ -32,6 +36,42 @@ from qvl_agent.ui.hotkey_edit import HotkeyEdit
 from qvl_agent.ui.hotkeys import check_hotkeys
 
 DEVICES = ("auto", "cpu", "cuda", "cuda:0", "cuda:1")
+ENGINES = ("local", "openai:http://127.0.0.1:8000/v1")
+ENGINE_KINDS = ("local", "openai:", "replay:")
+
+
+def check_engine(spec: str) -> str:
+    """The engine setting as typed, or ConfigError in one sentence."""
+    if spec == "local" or (spec.startswith(ENGINE_KINDS[1:]) and spec.split(":", 1)[1].strip()):
+        return spec
+    raise ConfigError(f"Engine must be local, openai:URL (a model server) or replay:FILE, not {spec!r}.")
+
+
+def write_changes(path: Path, changes: dict) -> None:
+    """Write `changes` (Settings field -> value; hotkeys as a dict of the changed ones) into the TOML file
+    at `path`, atomically, leaving every other key as it is. ConfigError when the file cannot be read
+    (it is then left untouched) or written."""
+    data, problems = config._read(path)
+    if problems:
+        raise ConfigError(problems[0].replace("defaults are used until it is fixed or removed", "nothing was written"))
+    for name, value in changes.items():
+        if name == "hotkeys":
+            table = data.get("hotkeys") if isinstance(data.get("hotkeys"), dict) else {}
+            data["hotkeys"] = {**table, **value}
+        else:
+            data[name] = value
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"The settings could not be saved to {path}: {exc.strerror or exc}.") from None
+
+
 FIELD_MIN_WIDTH = 380  # a Hugging Face id or a home-folder path fits without scrolling
 FIELD_MAX_WIDTH = 900  # longer paths scroll in the field rather than stretch the dialog across the screen
 
@@ -47,6 +87,14 @@ class SettingsDialog(QDialog):
         # Above the ask windows, which stay on top: opened from one, it must not hide behind it.
         self.setWindowFlag(Qt.WindowType.WindowStaysOnTopHint, True)
         self.current, self.path = current, path
+        self.engine = QComboBox()
+        self.engine.setEditable(True)
+        self.engine.addItems(ENGINES)
+        self.engine.setCurrentText(current.engine)
+        self.engine.setToolTip(
+            "local: the model runs in this app (Model and Device below); openai:URL: a model server such as "
+            "`qvl-agent serve`, vLLM or SGLang; replay:FILE: recorded replies, for trying things out"
+        )
         self.model = QLineEdit(current.model)
         self.model.setPlaceholderText("Qwen/Qwen3-VL-2B-Instruct or a local folder")
         self.device = QComboBox()
@@ -73,6 +121,7 @@ class SettingsDialog(QDialog):
         self.model.setCursorPosition(0)
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        form.addRow("Engine", self.engine)
         form.addRow("Model (id or folder)", self.model)
         form.addRow("Device", self.device)
         form.addRow("Max screenshot pixels", self.max_pixels)
@@ -104,6 +153,7 @@ class SettingsDialog(QDialog):
             )
         )
         return {
+            "engine": check_engine(self.engine.currentText().strip()),
             "model": self.model.text().strip(),
             "device": self.device.currentText().strip(),
             "max_pixels": max_pixels,
@@ -111,19 +161,23 @@ class SettingsDialog(QDialog):
             "safety_mode": self.safety_mode.currentText(),
         }
 
+    def changes(self, edits: dict) -> dict:
+        """What the person changed in the dialog, in the file's shape: only those keys are written."""
+        changed = {k: v for k, v in edits.items() if k != "hotkeys" and v != getattr(self.current, k)}
+        old, new = dataclasses.asdict(self.current.hotkeys), dataclasses.asdict(edits["hotkeys"])
+        hotkeys = {k: v for k, v in new.items() if v != old[k]}
+        return {**changed, "hotkeys": hotkeys} if hotkeys else changed
+
     @Slot()
     def save(self) -> None:
         try:
             edits = self.edits()
             running = dataclasses.replace(self.current, **edits).validated()
-            # Keep the file's other values; flags and environment of this run stay out of it.
-            on_file = config.load(self.path, env={}).settings if self.path.exists() else Settings()
-            config.save(dataclasses.replace(on_file, **edits), self.path)
+            changes = self.changes(edits)
+            if changes:
+                write_changes(self.path, changes)
         except ConfigError as exc:
             self.error.setText(str(exc))
-            return
-        except OSError as exc:
-            self.error.setText(f"The settings could not be saved to {self.path}: {exc.strerror or exc}.")
             return
         self.error.setText("")
         self.saved.emit(running)
