@@ -62,7 +62,9 @@ class TraceWriter:
             if (self.dir / TRACE_FILE).exists():
                 raise InputError(f"{self.dir} already holds a trace; give a new or empty folder.")
             # held open for the whole run
-            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", opener=_private)
+            # A lone surrogate (a remote reply's JSON "\ud800", a task from argv's undecodable bytes) is
+            # written as its JSON escape \ud800, so one odd character never ends a run with a traceback.
+            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", errors="backslashreplace", opener=_private)
         except OSError as exc:
             raise InputError(f"Cannot write a trace to {self.dir}: {exc.strerror or exc}.") from None
 
@@ -105,7 +107,8 @@ def write_private(path: str | os.PathLike, text: str) -> None:
     """Write a file of a run atomically, readable by its owner only (runs hold screenshots and typed text)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with os.fdopen(_private(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
+    fd = _private(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:  # lone surrogates as \udXXX
         fh.write(text)
     os.chmod(tmp, 0o600)  # an older temporary file keeps its own mode through O_CREAT
     tmp.replace(path)

@@ -10,6 +10,7 @@ Nothing here parses flags or prints: `commands/playwright.py` and the tray's scr
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,7 +30,10 @@ MAX_ERROR_CHARS = 1500  # what goes back to the model from a failed run
 
 
 def extract_script(reply: str) -> str:
-    """The Python code in a reply: the longest ```python block, else the whole reply."""
+    """The Python code in a reply: the longest ```python block, else the whole reply. A lone surrogate (a
+    remote server's JSON "\\ud800") becomes U+FFFD, as a UTF-8 decoder would make it: the script must be
+    text that can be saved and parsed."""
+    reply = re.sub("[\ud800-\udfff]", "\ufffd", reply)
     blocks = [b.strip() for b in code_blocks(reply, ("python", "py", "python3", "")) if b.strip()]
     if blocks:
         return max(blocks, key=len) + "\n"
