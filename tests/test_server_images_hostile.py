@@ -40,7 +40,9 @@ def decodes(monkeypatch) -> list[str]:
 
     calls: list[str] = []
     real = images_module.load_image_bytes
-    monkeypatch.setattr(images_module, "load_image_bytes", lambda data, **kw: calls.append("decode") or real(data, **kw))
+    monkeypatch.setattr(
+        images_module, "load_image_bytes", lambda data, **kw: calls.append("decode") or real(data, **kw)
+    )
     return calls
 
 
