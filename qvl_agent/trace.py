@@ -7,7 +7,8 @@
                           {"type": "end", "status", "answer", "steps", "message", "finished"}    last
     DIR/step-NNN.png    the screenshot the model looked at in step N
 
-A run folder is private: created 0700, its files 0600 (a trace can show what was on the screen).
+A run folder is private: created 0700 (and the folders above it that it creates, such as the runs folder),
+its files 0600 whatever the umask (a trace can show what was on the screen).
 Each step's PNG is written (to a temporary name, then renamed) before its line, and every line is
 flushed and fsync'd, so after a crash every line in trace.jsonl has its PNG. `read_trace` skips a last
 line cut off mid-write. This module knows nothing about engines or executors.
@@ -56,7 +57,7 @@ class TraceWriter:
     def __init__(self, directory: str | os.PathLike):
         self.dir = Path(directory)
         try:
-            self.dir.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.dir.parent)
             self.dir.mkdir(mode=0o700, exist_ok=True)
             self.dir.chmod(0o700)
             if (self.dir / TRACE_FILE).exists():
@@ -97,6 +98,19 @@ class TraceWriter:
         for path in self.dir.iterdir():  # files others wrote into the run (browser.json, ...)
             if path.is_file() and not path.is_symlink():
                 path.chmod(0o600)
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create `path` and any missing folder above it as 0700, whatever the umask (under umask 0 the runs
+    folder would otherwise be world-writable, and anyone could plant or swap a run in it). Folders that
+    already exist keep their mode: they are the person's."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
 
 
 def _private(path: str, flags: int) -> int:
