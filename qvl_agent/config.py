@@ -304,11 +304,10 @@ def _read(path: Path) -> tuple[dict, list[str]]:
             kind = os.fstat(f.fileno()).st_mode
             if stat.S_ISDIR(kind):
                 raise IsADirectoryError
-            distrust = untrusted_reason(path, os.fstat(f.fileno()))
-            if distrust:
-                raise ConfigError(distrust)
             if not stat.S_ISREG(kind):
                 why = "is not a regular file"
+            elif distrust := untrusted_reason(path, os.fstat(f.fileno())):
+                raise ConfigError(distrust)
             elif len(raw := f.read(MAX_FILE_BYTES + 1)) > MAX_FILE_BYTES:
                 why = f"is larger than {MAX_FILE_BYTES >> 10} KB"
             else:
