@@ -27,6 +27,7 @@ or Playwright.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +43,8 @@ from qvl_agent.image import GRID, Screenshot
 from qvl_agent.parse import parse_actions
 from qvl_agent.secrets import Secrets
 from qvl_agent.trace import TraceWriter
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 STATUSES = ("success", "failure", "stopped", "limit", "error")
 
@@ -186,7 +189,9 @@ class Agent:
         timer.start()
         try:
             self.guard.switch.check()
-            return "".join(stream)
+            # A remote server's JSON can carry a lone surrogate ("\ud800"), which no file, terminal or
+            # parser takes: from here on the reply is valid text.
+            return LONE_SURROGATE.sub("\ufffd", "".join(stream))
         except GenerationCancelled:
             self.guard.switch.check()
             if timed_out.is_set():

@@ -4,7 +4,11 @@ environment variables, then passed down. Nothing else in qvl-agent reads `QVL_*`
 
 Precedence: command-line flags (applied by the caller with `replace`) > environment > file > defaults.
 
-Loading never changes the file and never refuses to start over it: a value that cannot be used (an
+A file that others can change (owned by another user, or writable by others) is never used: loading
+raises ConfigError with one sentence (exit 2), since it could name a remote engine or the `auto` safety
+mode the person never chose; saving replaces it with the person's own 0600 file.
+
+Otherwise loading never changes the file and never refuses to start over it: a value that cannot be used (an
 unknown key, a wrong type such as `true` or `3.9` for a whole number, `inf`, a table where text belongs,
 an out-of-range value) is left out with one notice naming the key, and the rest of the file is kept;
 a file that cannot be read at all (a folder, no permission, not TOML) gives one notice and the defaults.
@@ -20,6 +24,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import stat
 import time
 import tomllib
@@ -161,11 +166,21 @@ class Settings:
         return self
 
 
+# Whole numbers are bounded before any use: a 400-digit max_new_tokens would pass every minimum and only
+# fail deep inside the engine (a C integer), and Python refuses to even print one of 4,300 digits.
+MAX_INT_DIGITS = 15
+INT_MAXIMUM = {"max_new_tokens": 1_048_576, "max_actions_per_reply": 100_000, "max_type_chars": 10_000_000}
+
+
 def _check_value(name: str, value) -> None:
     """ConfigError naming `name` when `value` (already of the field's type) cannot be used."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**MAX_INT_DIGITS:
+        raise ConfigError(f"{name} must be a whole number of at most {MAX_INT_DIGITS} digits, not one that long.")
     minimum = {"max_pixels": 65_536, "max_new_tokens": 1, "max_actions_per_reply": 1, "max_type_chars": 1}
     if name in minimum and value < minimum[name]:
         raise ConfigError(f"{name} must be at least {minimum[name]}, not {value}.")
+    if name in INT_MAXIMUM and value > INT_MAXIMUM[name]:
+        raise ConfigError(f"{name} must be at most {INT_MAXIMUM[name]:,}, not {value:,}.")
     if name == "max_pixels" and value > MAX_PIXELS_LIMIT:
         raise ConfigError(f"max_pixels must be at most {MAX_PIXELS_LIMIT:,} (Qwen3-VL's own cap), not {value:,}.")
     if name in ("feature_cache_mb", "session_memory_mb") and value < 0:
@@ -234,8 +249,11 @@ def _coerce(name: str, value, source: str):
             raise ConfigError(f"{name} in {source} must be true or false, not {_what(value)}.")
         return value
     if name in _INT_FIELDS:
-        if isinstance(value, str) and source.startswith("$") and value.strip().lstrip("-").isdigit():
-            value = int(value.strip())  # environment variables are text
+        if isinstance(value, str) and source.startswith("$") and re.fullmatch(r"\s*-?[0-9]+\s*", value):
+            digits = value.strip().lstrip("-")
+            if len(digits) > MAX_INT_DIGITS:  # checked before int(): Python refuses 4,300 digits with a traceback
+                raise ConfigError(f"{name} in {source} must be a whole number of at most {MAX_INT_DIGITS} digits.")
+            value = int(value.strip())  # environment variables are text (ASCII digits only: int("²") fails)
         if isinstance(value, bool) or not isinstance(value, int):
             shown = "inf" if isinstance(value, float) and math.isinf(value) else _what(value)
             raise ConfigError(f"{name} in {source} must be a whole number, not {shown}.")
@@ -297,6 +315,8 @@ def _read(path: Path) -> tuple[dict, list[str]]:
                 raise IsADirectoryError
             if not stat.S_ISREG(kind):
                 why = "is not a regular file"
+            elif distrust := untrusted_reason(path, os.fstat(f.fileno())):
+                raise ConfigError(distrust)
             elif len(raw := f.read(MAX_FILE_BYTES + 1)) > MAX_FILE_BYTES:
                 why = f"is larger than {MAX_FILE_BYTES >> 10} KB"
             else:
@@ -311,9 +331,48 @@ def _read(path: Path) -> tuple[dict, list[str]]:
         why = f"is not valid TOML ({exc})"
     except RecursionError:  # tomllib recurses into nested arrays and tables
         why = "is not valid TOML (values nested too deeply)"
+    except ValueError:  # tomllib converts with int(), which refuses more than 4,300 digits
+        why = "is not valid TOML (a number has too many digits)"
     except OSError as exc:
         why = f"cannot be read ({exc.strerror or exc})"
     return {}, [f"The settings file {path} {why}; defaults are used until it is fixed or removed."]
+
+
+def untrusted_reason(path: Path, info: os.stat_result) -> str:
+    """Why a settings file others can change must not be used (it can point the engine at a remote URL or
+    switch the safety mode to auto), or "" when only its owner (or root) can change it. The token file's
+    rule (`server/auth.py`), plus OpenSSH's for groups: group-writable is fine only for the person's own
+    private group."""
+    if not hasattr(os, "getuid"):
+        return ""  # Windows: no POSIX owner or mode bits to check
+    if info.st_uid not in (os.getuid(), 0):
+        return (
+            f"The settings file {path} belongs to another user (uid {info.st_uid}), who could choose the engine "
+            "or the safety mode for you; it is not used: delete it, or take it over (chown) once you have read it."
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o002 or (mode & 0o020 and not _own_private_group(info.st_gid)):
+        return (
+            f"The settings file {path} can be changed by other users (mode {mode:04o}), so it may not hold what "
+            f"you chose; it is not used until only you can write it (chmod go-w {path})."
+        )
+    return ""
+
+
+def _own_private_group(gid: int) -> bool:
+    """Whether `gid` is the person's primary group with no other members (Debian/Ubuntu's user groups)."""
+    try:
+        import grp
+        import pwd
+
+        members = set(grp.getgrgid(gid).gr_mem)
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return False
+    if gid != os.getgid() or not members <= {me}:
+        return False
+    # Another account whose primary group this is could write the file as well.
+    return all(user.pw_gid != gid or user.pw_uid == os.getuid() for user in pwd.getpwall())
 
 
 # Every notice `load` gave in this process, for front ends that show them elsewhere than stderr (the tray).
@@ -363,12 +422,18 @@ def save(settings: Settings, path: Path | None = None) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data, problems = _read(path)
+        try:
+            data, problems = _read(path)
+        except ConfigError as exc:  # a file others could change: saving replaces it with the person's own
+            data, problems = {}, [str(exc)]
         problems += _from_mapping(data, str(path))[1]  # a key left out on load would be lost on save
         if problems and path.is_file():  # a file the person may still want: keep it beside
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
             backup.write_bytes(path.read_bytes())
-        tmp.write_text(dumps(settings), encoding="utf-8")
+        # Owner-only from the start, whatever the umask: a file others can write is refused on load.
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+            fh.write(dumps(settings))
+        os.chmod(tmp, 0o600)  # an older temporary file keeps its own mode through O_CREAT
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         tmp.replace(path)

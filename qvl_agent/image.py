@@ -17,9 +17,11 @@ such as Qt widgets).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -27,6 +29,7 @@ from typing import Literal
 import xxhash
 
 from qvl_agent.errors import CaptureError, ImageError, OffScreenError
+from qvl_agent.image_limits import DECODE_BLOCK_BYTES, DECODE_BUDGET_S, OutOfTime, budgeted, check_jpeg, out_of_time
 
 GRID = 1000  # Qwen3-VL's relative coordinate grid
 
@@ -142,37 +145,51 @@ def load_image(path: str | os.PathLike, max_pixels: int = DEFAULT_MAX_FILE_PIXEL
     return _decode(p, str(p), max_pixels, source_name=str(p))
 
 
-def load_image_bytes(data: bytes, max_pixels: int = DEFAULT_MAX_FILE_PIXELS, name: str = "image") -> Screenshot:
+def load_image_bytes(
+    data: bytes, max_pixels: int = DEFAULT_MAX_FILE_PIXELS, name: str = "image", budget_s: float = DECODE_BUDGET_S
+) -> Screenshot:
     """The same checks as `load_image`, for bytes already in memory (HTTP uploads, page screenshots)."""
     if not data:
         raise ImageError(f"The {name} is empty (0 bytes).")
-    return _decode(io.BytesIO(data), f"The {name}", max_pixels, source_name=name)
+    return _decode(io.BytesIO(data), f"The {name}", max_pixels, source_name=name, budget_s=budget_s)
 
 
-def _decode(source, subject: str, max_pixels: int, source_name: str) -> Screenshot:
-    """Decode `source` (a path or a file object); every failure becomes one sentence about `subject`."""
+def _decode(
+    source, subject: str, max_pixels: int, source_name: str, budget_s: float = DECODE_BUDGET_S, clock=time.monotonic
+) -> Screenshot:
+    """Decode `source` (a path or a file object) within `budget_s` seconds, refusing a JPEG built to be slow
+    before decoding it (`image_limits`); every failure becomes one sentence about `subject`."""
     import warnings
 
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.ExitStack() as stack:
             # Our own limit, said in one sentence, comes before Pillow's warning about bombs.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(source) as im:
-                # The header alone gives the size: refuse bombs before decoding a single pixel.
-                w, h = im.size
-                if w * h > max_pixels:
-                    raise ImageError(
-                        f"{subject} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
-                        "resize it or capture a region."
-                    )
-                im.load()
-                # A photo's EXIF orientation: the model sees it, and points land on it, the way viewers show
-                # it (as transformers' own image loader does).
-                return Screenshot.from_pil(ImageOps.exif_transpose(im), source=source_name)
+            if not hasattr(source, "read"):
+                source = stack.enter_context(open(source, "rb"))
+            data = source.read()
+            check_jpeg(data, subject)  # before Pillow walks its segments one by one
+            im = stack.enter_context(Image.open(budgeted(io.BytesIO(data), budget_s, clock)))
+            # The header alone gives the size: refuse bombs before decoding a single pixel.
+            w, h = im.size
+            if w * h > max_pixels:
+                raise ImageError(
+                    f"{subject} is {w}x{h} = {w * h:,} pixels, over the limit of {max_pixels:,} pixels; "
+                    "resize it or capture a region."
+                )
+            if im.format == "JPEG":
+                check_jpeg(data, subject, w * h)  # a large image may have fewer scans
+            im.decodermaxblock = DECODE_BLOCK_BYTES  # the budget is checked between blocks
+            im.load()
+            # A photo's EXIF orientation: the model sees it, and points land on it, the way viewers show
+            # it (as transformers' own image loader does).
+            return Screenshot.from_pil(ImageOps.exif_transpose(im), source=source_name)
     except ImageError:
         raise
+    except OutOfTime:
+        raise ImageError(out_of_time(subject, budget_s)) from None
     except UnidentifiedImageError:
         raise ImageError(f"{subject} is not an image that can be read (PNG, JPEG, WebP, BMP or GIF).") from None
     except Image.DecompressionBombError:

@@ -196,10 +196,21 @@ def _number(value, what: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ParseError(f"{what} must be a number, not {value!r}.") from None
+        raise ParseError(f"{what} must be a number, not {_shown(value)}.") from None
+    except OverflowError:  # an integer of hundreds of digits has no float
+        number = math.inf
     if not math.isfinite(number):
-        raise ParseError(f"{what} must be a finite number, not {value!r}.")
+        raise ParseError(f"{what} must be a finite number, not {_shown(value)}.")
     return number
+
+
+def _shown(value) -> str:
+    """A value for a message: never the whole of a number of hundreds of digits (Python refuses to print
+    one of more than 4,300 with a ValueError of its own)."""
+    if isinstance(value, int) and abs(value) >= 10**15:
+        return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _point(value, kind: str, name: str = "coordinate") -> tuple[float, float]:

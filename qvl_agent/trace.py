@@ -7,7 +7,8 @@
                           {"type": "end", "status", "answer", "steps", "message", "finished"}    last
     DIR/step-NNN.png    the screenshot the model looked at in step N
 
-A run folder is private: created 0700, its files 0600 (a trace can show what was on the screen).
+A run folder is private: created 0700 (and the folders above it that it creates, such as the runs folder),
+its files 0600 whatever the umask (a trace can show what was on the screen).
 Each step's PNG is written (to a temporary name, then renamed) before its line, and every line is
 flushed and fsync'd, so after a crash every line in trace.jsonl has its PNG. `read_trace` skips a last
 line cut off mid-write. This module knows nothing about engines or executors.
@@ -56,13 +57,15 @@ class TraceWriter:
     def __init__(self, directory: str | os.PathLike):
         self.dir = Path(directory)
         try:
-            self.dir.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self.dir.parent)
             self.dir.mkdir(mode=0o700, exist_ok=True)
             self.dir.chmod(0o700)
             if (self.dir / TRACE_FILE).exists():
                 raise InputError(f"{self.dir} already holds a trace; give a new or empty folder.")
             # held open for the whole run
-            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", opener=_private)
+            # A lone surrogate (a remote reply's JSON "\ud800", a task from argv's undecodable bytes) is
+            # written as its JSON escape \ud800, so one odd character never ends a run with a traceback.
+            self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", errors="backslashreplace", opener=_private)
         except OSError as exc:
             raise InputError(f"Cannot write a trace to {self.dir}: {exc.strerror or exc}.") from None
 
@@ -97,6 +100,19 @@ class TraceWriter:
                 path.chmod(0o600)
 
 
+def make_private_dirs(path: Path) -> None:
+    """Create `path` and any missing folder above it as 0700, whatever the umask (under umask 0 the runs
+    folder would otherwise be world-writable, and anyone could plant or swap a run in it). Folders that
+    already exist keep their mode: they are the person's."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)
+
+
 def _private(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
 
@@ -105,7 +121,8 @@ def write_private(path: str | os.PathLike, text: str) -> None:
     """Write a file of a run atomically, readable by its owner only (runs hold screenshots and typed text)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with os.fdopen(_private(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as fh:
+    fd = _private(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:  # lone surrogates as \udXXX
         fh.write(text)
     os.chmod(tmp, 0o600)  # an older temporary file keeps its own mode through O_CREAT
     tmp.replace(path)

@@ -157,14 +157,16 @@ def test_images_are_decoded_only_once_the_queue_admits_the_request(monkeypatch):
     with serve(engine, max_queue=1) as url:
         slow = {"messages": [user("one two three four five six")]}
         busy = [threading.Thread(target=post, args=(url, slow), daemon=True) for _ in range(2)]
-        for t in busy:
+        # One held on the engine, then one waiting: a state that stays put. The second starts only once
+        # the first runs, or on a busy machine both could reach the one-place queue together (one 429).
+        for t, (running, waiting) in zip(busy, [(1, 0), (1, 1)], strict=True):
             t.start()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # one held on the engine, one waiting: a state that stays put
-            health = httpx.get(url + "/health").json()
-            if health["running"] == 1 and health["queue_depth"] == 1:
-                break
-            time.sleep(0.02)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                health = httpx.get(url + "/health").json()
+                if health["running"] == running and health["queue_depth"] == waiting:
+                    break
+                time.sleep(0.02)
         try:
             r = post(url, {"messages": [user("x", png_url(300, 300, (1, 2, 3)))]})
         finally:

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.mcp_server.server import build_server, serve_http
     from qvl_agent.mcp_server.tools import ScreenTools
     from qvl_agent.server.auth import resolve_token
-    from qvl_agent.server.listen import bind, browser_host
+    from qvl_agent.server.listen import DEFAULT_MAX_CONNECTIONS, bind, browser_host, connection_cap, raise_fd_limit
 
     if args.no_token and not args.http:
         raise UsageError("--no-token only applies with --http (stdio needs no token).")
@@ -85,7 +85,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             mcp.run("stdio")
         else:
             base = f"http://{browser_host(host)}:{sock.getsockname()[1]}/mcp"
-            serve_http(mcp, sock, host, token, lambda: _say(f"{token_note}\nMCP endpoint: {base} ({actions})"))
+            cap = connection_cap(DEFAULT_MAX_CONNECTIONS, raise_fd_limit())
+            serve_http(mcp, sock, host, token, lambda: _say(f"{token_note}\nMCP endpoint: {base} ({actions})"), cap)
     except KeyboardInterrupt:
         pass
     finally:

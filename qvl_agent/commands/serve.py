@@ -16,7 +16,7 @@ import sys
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import DEFAULT_MODEL, Settings, config_dir
 from qvl_agent.errors import UsageError
-from qvl_agent.server.listen import bind, browser_host
+from qvl_agent.server.listen import DEFAULT_MAX_CONNECTIONS, bind, browser_host, connection_cap, raise_fd_limit
 
 
 def register(subparsers) -> None:
@@ -35,6 +35,13 @@ def register(subparsers) -> None:
     parser.add_argument("--max-queue", type=int, default=16, metavar="N", help="requests that may wait before 429")
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds per request before 504"
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        metavar="N",
+        help="open connections at most, kept below the descriptor limit",
     )
     parser.add_argument("--max-body-mb", type=int, default=64, metavar="MIB", help="largest request body in MiB")
     parser.add_argument(
@@ -58,13 +65,14 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.server.auth import resolve_token
 
-    for name in ("max_queue", "max_body_mb", "max_images", "max_total_pixels", "max_prompt_tokens"):
+    for name in ("max_queue", "max_body_mb", "max_images", "max_total_pixels", "max_prompt_tokens", "max_connections"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds.")
     token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
     sock = bind(args.host, args.port)
+    max_connections = connection_cap(args.max_connections, raise_fd_limit())
     # The heavy imports (uvicorn, the engine, torch) only once the flags, the token and the port are known
     # to be good, so a mistake there is reported in a moment.
     import uvicorn
@@ -105,7 +113,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             allow_image_urls=args.allow_image_urls,
             on_ready=ready,
         )
-        uvicorn.Server(uvicorn_config(app, timeout_graceful_shutdown=5)).run(sockets=[sock])
+        uvicorn.Server(uvicorn_config(app, max_connections=max_connections, timeout_graceful_shutdown=5)).run(
+            sockets=[sock]
+        )
     except KeyboardInterrupt:
         pass  # uvicorn re-raises Ctrl+C after its graceful shutdown: stopping a server is success
     finally:

@@ -29,6 +29,7 @@ from qvl_agent.errors import QvlError
 from qvl_agent.image import Region
 from qvl_agent.mcp_server.tools import ScreenTools
 from qvl_agent.server.auth import bearer_matches
+from qvl_agent.server.listen import DEFAULT_MAX_CONNECTIONS
 
 INSTRUCTIONS = (
     "qvl-agent sees this computer's real screen through a local vision-language model (Qwen3-VL). "
@@ -217,10 +218,20 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def serve_http(mcp: MCPServer, sock: socket.socket, host: str, token: str | None, on_ready: Callable[[], None]) -> None:
-    """Serve streamable HTTP at /mcp on an already bound socket until Ctrl+C."""
+def serve_http(
+    mcp: MCPServer,
+    sock: socket.socket,
+    host: str,
+    token: str | None,
+    on_ready: Callable[[], None],
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+) -> None:
+    """Serve streamable HTTP at /mcp on an already bound socket until Ctrl+C, with `serve`'s transport:
+    request-head timeouts, at most `max_connections` open, rate-limited logs."""
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
+
+    from qvl_agent.server.transport import uvicorn_config
 
     # The SDK's DNS-rebinding check allows only loopback Host headers unless told otherwise; a server bound
     # to another address is reached by that address, and the bearer token is what guards it there.
@@ -234,5 +245,5 @@ def serve_http(mcp: MCPServer, sock: socket.socket, host: str, token: str | None
             await super().startup(sockets)
             on_ready()
 
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5, lifespan="on")
+    config = uvicorn_config(app, max_connections=max_connections, timeout_graceful_shutdown=5, lifespan="on")
     _Server(config).run(sockets=[sock])

@@ -133,6 +133,12 @@ def check_script(source: str) -> None:
     if not source.strip():
         raise ScriptRejected(0, "The script is empty")
     try:
+        source.encode("utf-8")
+    except UnicodeEncodeError as exc:  # ast.parse would raise this, not a SyntaxError
+        line = source.count("\n", 0, exc.start) + 1
+        reason = f"the script holds a lone surrogate ({ascii(source[exc.start])}), which is no character"
+        raise ScriptRejected(line, reason) from None
+    try:
         tree = ast.parse(source)
         encoding, _ = tokenize.detect_encoding(io.BytesIO(source.encode("utf-8", "surrogatepass")).readline)
     except (SyntaxError, ValueError) as exc:

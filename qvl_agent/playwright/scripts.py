@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -35,7 +36,10 @@ MAX_ERROR_CHARS = 1500  # what goes back to the model from a failed run
 
 
 def extract_script(reply: str) -> str:
-    """The Python code in a reply: the longest ```python block, else the whole reply."""
+    """The Python code in a reply: the longest ```python block, else the whole reply. A lone surrogate (a
+    remote server's JSON "\\ud800") becomes U+FFFD, as a UTF-8 decoder would make it: the script must be
+    text that can be saved and parsed."""
+    reply = re.sub("[\ud800-\udfff]", "\ufffd", reply)
     blocks = [b.strip() for b in code_blocks(reply, ("python", "py", "python3", "")) if b.strip()]
     if blocks:
         return max(blocks, key=len) + "\n"

@@ -79,11 +79,13 @@ class Server:
     max_prompt_tokens: int
 
     def admit(self, chat: ChatRequest) -> ChatRequest:
-        """Decode the request's images and check its prompt; runs once it holds a place in the queue."""
-        chat = self.decoder.resolve(chat)
+        """Check the request's images from their headers and its prompt's tokens, then decode the images;
+        runs once it holds a place in the queue. Nothing is decoded for a request refused by any check."""
+        probed = self.decoder.probe(chat)
+        sizes = {ref: (p.width, p.height) for ref, p in probed.items() if p.width}
         tokenizer = getattr(self.engine, "tokenizer", None)
-        check_prompt_tokens(chat, tokenizer, self.max_prompt_tokens, self.decoder.budget.max_pixels)
-        return chat
+        check_prompt_tokens(chat, tokenizer, self.max_prompt_tokens, self.decoder.budget.max_pixels, sizes)
+        return self.decoder.decode(chat, probed)
 
 
 def create_app(

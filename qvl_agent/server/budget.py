@@ -6,7 +6,7 @@ the engine. Text is counted with the engine's own tokenizer when it has one (the
 slices, stopping as soon as the count passes the cap, so even a body of many megabytes costs little;
 an engine without a tokenizer (a remote server, which enforces its own limit) is estimated at one token
 per four bytes. Each image counts the visual tokens the model will see: one per 32×32 pixels of the
-image resized within the pixel cap.
+image resized within the pixel cap, from the size in its header, before it is decoded.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ PIXELS_PER_VISUAL_TOKEN = 32 * 32  # 16-pixel patches merged 2x2
 TEMPLATE_TOKENS_PER_TURN = 8  # role markers and separators of the chat template
 
 
-def image_tokens(shot: Screenshot, max_pixels: int) -> int:
-    pixels = min(max(shot.width * shot.height, MIN_IMAGE_PIXELS), max_pixels)
+def image_tokens(width: int, height: int, max_pixels: int) -> int:
+    pixels = min(max(width * height, MIN_IMAGE_PIXELS), max_pixels)
     return pixels // PIXELS_PER_VISUAL_TOKEN
 
 
@@ -39,10 +39,15 @@ def text_tokens(tokenizer, text: str, limit: int) -> int:
     return count
 
 
-def check_prompt_tokens(chat: ChatRequest, tokenizer, max_prompt_tokens: int, max_pixels: int) -> int:
-    """The request's prompt tokens (an estimate close to the engine's count); 400 past the cap."""
+def check_prompt_tokens(
+    chat: ChatRequest, tokenizer, max_prompt_tokens: int, max_pixels: int, sizes: dict | None = None
+) -> int:
+    """The request's prompt tokens (an estimate close to the engine's count); 400 past the cap. Images not
+    yet decoded count by the (width, height) their header gave (`sizes`, keyed by `ImageRef`), so a request
+    over the cap is refused before any pixel is decoded."""
     images = [im for t in chat.history for im in t.images] + list(chat.images)
-    count = sum(image_tokens(im, max_pixels) for im in images if isinstance(im, Screenshot))
+    dims = [(im.width, im.height) if isinstance(im, Screenshot) else (sizes or {}).get(im) for im in images]
+    count = sum(image_tokens(*wh, max_pixels) for wh in dims if wh)
     count += TEMPLATE_TOKENS_PER_TURN * (2 * len(chat.history) + 2)
     for text in chat.texts():
         if count > max_prompt_tokens:

@@ -1,11 +1,13 @@
 """Image parts into Screenshots, after the request was admitted and within its budget.
 
-`ImageDecoder.resolve(chat)` decodes every `ImageRef` of a request: base64 `data:` URLs (PNG, JPEG,
-WebP), or http(s) URLs through a `fetch.ImageFetcher` when the server allows them. A request may carry at
-most `max_images` images and `max_total_pixels` pixels in all (413 otherwise); sizes are read from the
-image headers before anything is decoded, so a refused request costs no decoding. A small LRU keeps
-recent decodes, so a stateless client that re-sends the same screenshot with every follow-up pays for
-the decode once.
+`ImageDecoder.probe(chat)` reads every `ImageRef` of a request: base64 `data:` URLs (PNG, JPEG, WebP), or
+http(s) URLs through a `fetch.ImageFetcher` when the server allows them, and checks what the headers say
+without decoding a pixel: at most `max_images` images and `max_total_pixels` pixels in all (413
+otherwise), and a JPEG of no more scans than `image.max_jpeg_scans` allows (400: each scan of a
+progressive JPEG is a pass over the whole image, and 20,000 tiny ones decoded for 38 s). The caller counts
+the prompt's tokens from those header sizes (`budget.check_prompt_tokens`), and only then
+`ImageDecoder.decode` decodes, each image within `decode_budget_s`. A small LRU keeps recent decodes, so
+a stateless client that re-sends the same screenshot with every follow-up pays for the decode once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 from qvl_agent.errors import ImageError
 from qvl_agent.image import Screenshot, load_image_bytes
+from qvl_agent.image_limits import DECODE_BUDGET_S, OutOfTime, budgeted, check_jpeg, out_of_time
 from qvl_agent.server.fetch import ImageFetcher
 from qvl_agent.server.protocol import ApiError, ChatRequest, HistoryTurn, ImageRef
 
@@ -35,6 +38,17 @@ class ImageBudget:
     max_pixels: int  # per image
     max_images: int = 16
     max_total_pixels: int = 40_000_000  # about twenty 1080p screenshots
+    decode_budget_s: float = DECODE_BUDGET_S  # per image; a decode past it is given up (400)
+
+
+@dataclass(frozen=True)
+class Probed:
+    """One image of a request as its header describes it, not yet decoded."""
+
+    data: bytes
+    name: str
+    width: int = 0  # 0 when the header could not be read: the decode then words the error
+    height: int = 0
 
 
 class ImageDecoder:
@@ -47,6 +61,10 @@ class ImageDecoder:
 
     def resolve(self, chat: ChatRequest) -> ChatRequest:
         """The same request with every image decoded, or ApiError (400 bad image, 413 over budget)."""
+        return self.decode(chat, self.probe(chat))
+
+    def probe(self, chat: ChatRequest) -> dict[ImageRef, Probed]:
+        """Every image's bytes and header size, checked against the budget before anything is decoded."""
         refs = chat.image_refs()
         if len(refs) > self.budget.max_images:
             raise ApiError(
@@ -56,13 +74,18 @@ class ImageDecoder:
                 param="messages",
                 code="too_many_images",
             )
-        decoded: dict[ImageRef, Screenshot] = {}
+        probed: dict[ImageRef, Probed] = {}
         total = 0
         for ref in refs:
-            if ref not in decoded:
+            if ref not in probed:
                 data, name = self._bytes(ref)
-                total += self._check_size(data, ref, name, total)
-                decoded[ref] = self._decode(data, ref, name)
+                probed[ref] = self._check_header(data, ref, name, total)
+                total += probed[ref].width * probed[ref].height
+        return probed
+
+    def decode(self, chat: ChatRequest, probed: dict[ImageRef, Probed]) -> ChatRequest:
+        """The request with every probed image decoded (400 when one cannot be)."""
+        decoded = {ref: self._decode(p.data, ref, p.name) for ref, p in probed.items()}
 
         def swap(images):
             return tuple(decoded[im] if isinstance(im, ImageRef) else im for im in images)
@@ -103,18 +126,25 @@ class ImageDecoder:
         except (binascii.Error, ValueError):
             raise ApiError(400, "The image data is not valid base64.", param=ref.param, code="invalid_base64") from None
 
-    def _check_size(self, data: bytes, ref: ImageRef, name: str, spent: int) -> int:
-        """The image's pixel count, read from its header only; 413 past either limit."""
+    def _check_header(self, data: bytes, ref: ImageRef, name: str, spent: int) -> Probed:
+        """The image's size, read from its header only; 413 past either pixel limit, 400 for a JPEG of
+        too many scans (counted from its markers)."""
         from PIL import Image
 
+        subject = f"The {name}"
         try:
-            with Image.open(io.BytesIO(data)) as probe:
+            check_jpeg(data, subject)  # before Pillow walks a JPEG's segments one by one
+            with Image.open(budgeted(io.BytesIO(data), self.budget.decode_budget_s)) as probe:
                 width, height = probe.size
                 fmt = probe.format
+        except ImageError as exc:
+            raise ApiError(400, str(exc), param=ref.param, code="invalid_image") from None
+        except OutOfTime:
+            raise ApiError(400, out_of_time(subject, self.budget.decode_budget_s), param=ref.param) from None
         except Image.DecompressionBombError:
             raise _too_large(f"The {name} has too many pixels to decode safely; send a smaller one.", ref) from None
         except Exception:  # not an image at all: the decode words the error
-            return 0
+            return Probed(data, name)
         pixels = width * height
         if pixels > self.budget.max_pixels:
             raise _too_large(
@@ -132,7 +162,12 @@ class ImageDecoder:
             raise ApiError(
                 400, f"Images must be PNG, JPEG or WebP, not {fmt}.", param=ref.param, code="invalid_image_format"
             )
-        return pixels
+        if fmt == "JPEG":
+            try:
+                check_jpeg(data, subject, pixels)  # a large image may have fewer scans
+            except ImageError as exc:
+                raise ApiError(400, str(exc), param=ref.param, code="invalid_image") from None
+        return Probed(data, name, width, height)
 
     def _decode(self, data: bytes, ref: ImageRef, name: str) -> Screenshot:
         key = hashlib.blake2b(data, digest_size=16).hexdigest()
@@ -142,7 +177,9 @@ class ImageDecoder:
                 self._cache.move_to_end(key)
                 return hit
         try:
-            shot = load_image_bytes(data, max_pixels=self.budget.max_pixels, name=name)
+            shot = load_image_bytes(
+                data, max_pixels=self.budget.max_pixels, name=name, budget_s=self.budget.decode_budget_s
+            )
         except ImageError as exc:
             raise ApiError(400, str(exc), param=ref.param, code="invalid_image") from None
         with self._lock:
