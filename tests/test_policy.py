@@ -161,7 +161,7 @@ def test_advice_goes_back_with_a_reason(snippet, reason):
 def test_syntax_errors_and_non_playwright_scripts_are_rejected():
     assert not verdict("def broken(:\n").ok
     assert "not valid Python" in verdict("def broken(:\n").reason
-    assert "not valid Python" in verdict(HEADER + "x = '\ud800'\0\n").reason
+    assert "lone surrogate" in verdict(HEADER + "x = '\ud800'\0\n").reason
     assert "Playwright" in verdict("print('hello')\n").reason
     assert "empty" in verdict("   \n").reason
 

@@ -29,15 +29,17 @@ def register(sub) -> None:
     p = sub.add_parser(
         "replay", help="run a saved Playwright script in the sandbox", description=__doc__.splitlines()[0]
     )
-    p.add_argument("script", metavar="SCRIPT.py", help="the script to run")
-    p.add_argument("-o", "--output", metavar="DIR", help="a new folder for the files it writes (default SCRIPT.out)")
+    p.add_argument("script", metavar="SCRIPT", help="the script to run (a .py file)")
+    p.add_argument(
+        "-o", "--output", metavar="DIR", help="a new folder for the files it writes (default: SCRIPT.out beside it)"
+    )
     p.add_argument(
         "--allow-domain", action="append", default=[], metavar="HOST",
         help="let the script reach HOST too (http and https; or give an origin like https://host:8443); repeatable",
     )  # fmt: skip
     p.add_argument("--url", metavar="URL", help="start URL passed to the script as --url (its origin is allowed)")
     p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
-    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="end the run after this (default 600)")
+    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="end the run after this")
     p.set_defaults(func=replay_command)
 
 
