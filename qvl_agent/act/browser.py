@@ -257,6 +257,7 @@ class BrowserExecutor:
 
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         self._check_alive()
+        earlier = len(self._blocked)  # hosts blocked before this action (a late redirect) are not its doing
         detail: dict = {"url": self.page.url}
         if self._tab():  # the exporter follows the run into a tab it opened (or back)
             detail["tab"] = self._tab()
@@ -273,6 +274,8 @@ class BrowserExecutor:
                 pass
             if host := self._off_allowed_domains():
                 self._blocked.append(host)
+        if self._blocked[earlier:]:  # the export leaves this action out: where it led was refused
+            detail["blocked"] = sorted(set(self._blocked[earlier:]))
         if self._blocked:
             hosts = ", ".join(sorted(set(self._blocked)))
             self._blocked.clear()
