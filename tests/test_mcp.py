@@ -226,7 +226,7 @@ def test_http_needs_the_token_and_auto_acts_only_with_allow_actions(x_display, t
                 return ran.structured_content
 
         outcome = anyio.run(session)
-        assert outcome["status"] == "success"
+        assert outcome["status"] == "success" and outcome["dry_run"] is False
         assert _pointer() == (480, 270)  # auto really moved the pointer, to 250/1000 of 1920x1080
         assert read_trace(outcome["trace_dir"]).run["mode"] == "auto"
         assert server.proc.poll() is None  # still serving

@@ -32,7 +32,11 @@ def _replay(tmp_path: Path, replies: list[str]) -> str:
 
 def _env(tmp_path: Path) -> dict:
     # runs land in this test's own data folder, so `trace list` lists this test's runs only
-    return {"XDG_DATA_HOME": str(tmp_path / "data"), "QVL_CONFIG_DIR": str(tmp_path / "config"), "QVL_BROWSER": CHROMIUM}
+    return {
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "QVL_CONFIG_DIR": str(tmp_path / "config"),
+        "QVL_BROWSER": CHROMIUM,
+    }
 
 
 def _listed(tmp_path: Path) -> list[str]:
@@ -94,7 +98,9 @@ def test_a_dry_run_is_called_one_everywhere_with_what_it_would_have_run(x_displa
         ],
     )
     trace_dir = tmp_path / "data" / "qvl-agent" / "runs" / "dry"
-    done = run_cli("run", "--engine", engine, "--dry-run", "--trace-dir", str(trace_dir), "Say hello", env=_env(tmp_path))
+    done = run_cli(
+        "run", "--engine", engine, "--dry-run", "--trace-dir", str(trace_dir), "Say hello", env=_env(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     assert "success (dry run, nothing was clicked or typed): The model ended the task: success." in done.stderr
     assert "Would have run (2 actions):\n  1. left_click at (500, 500) -> pixel (960, 540)\n  2. type 'hello'" in (
@@ -120,7 +126,9 @@ def test_a_dry_run_is_called_one_everywhere_with_what_it_would_have_run(x_displa
 def test_ctrl_c_in_the_middle_of_a_desktop_run_leaves_an_interrupted_run_with_its_report(x_display, tmp_path):
     engine = _replay(tmp_path, [call(action="wait", time=60), call(action="terminate", status="success")])
     trace_dir = tmp_path / "data" / "qvl-agent" / "runs" / "cut"
-    code, out, err = _interrupt_mid_run(tmp_path, "run", "--engine", engine, "--dry-run", "--trace-dir", str(trace_dir), "Wait")
+    code, out, err = _interrupt_mid_run(
+        tmp_path, "run", "--engine", engine, "--dry-run", "--trace-dir", str(trace_dir), "Wait"
+    )
     _assert_interrupted(tmp_path, trace_dir, code, err)
     assert "interrupted (dry run, nothing was clicked or typed)" in err
 
@@ -146,7 +154,9 @@ def test_a_start_page_that_cannot_be_opened_leaves_a_failed_run_with_its_report(
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
     engine = _replay(tmp_path, [call(action="terminate", status="success")])
     trace_dir = tmp_path / "data" / "qvl-agent" / "runs" / "dead"
-    done = run_cli("browse", "--url", url, "--engine", engine, "--trace-dir", str(trace_dir), "Sign in", env=_env(tmp_path))
+    done = run_cli(
+        "browse", "--url", url, "--engine", engine, "--trace-dir", str(trace_dir), "Sign in", env=_env(tmp_path)
+    )
     assert done.returncode == 1, done.stderr
     assert f"The page {url} could not be opened" in done.stderr and "Traceback" not in done.stderr
     trace = read_trace(trace_dir)
@@ -173,3 +183,13 @@ def test_a_step_on_the_screen_the_last_one_settled_on_says_capture_reused(x_disp
     assert "capture reused" in step2[:400] and "capture 0 ms" not in step2[:400]
     shown = run_cli("trace", "show", str(trace_dir), env=_env(tmp_path)).stdout
     assert shown.count("capture reused") == 1
+
+
+def test_the_tray_s_sentence_about_a_dry_run_does_not_read_as_a_done_task():
+    from qvl_agent.agent import RunResult
+    from qvl_agent.ui.automation import describe_outcome
+
+    real = RunResult("success", steps=2, message="The model ended the task: success.")
+    dry = RunResult("success", steps=2, message="The model ended the task: success.", dry_run=True)
+    assert describe_outcome(real).startswith("Task done")
+    assert describe_outcome(dry).startswith("Dry run done (nothing was clicked or typed)")

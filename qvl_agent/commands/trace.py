@@ -47,7 +47,8 @@ def format_trace(directory) -> str:
         f"run      {trace.dir}",
         f"task     {run.get('task', '?')}",
         f"engine   {run.get('engine', '?')}   executor {run.get('executor', '?')}",
-        f"mode     {run.get('mode', '?')}" + ("   (dry run: nothing was clicked or typed)" if is_dry_run(trace) else ""),
+        f"mode     {run.get('mode', '?')}"
+        + ("   (dry run: nothing was clicked or typed)" if is_dry_run(trace) else ""),
         f"started  {run.get('started', '?')}",
     ]
     for s in trace.steps:
