@@ -56,20 +56,20 @@ def server():
 
 
 @pytest.mark.browser
-def test_a_click_whose_navigation_was_blocked_is_not_exported_and_the_script_replays(tmp_path, server):
+@pytest.mark.parametrize("link", ["#away", "#away-tab"], ids=["same-tab", "new-tab"])
+def test_a_click_whose_navigation_was_blocked_is_not_exported_and_the_script_replays(tmp_path, server, link):
     url = server.url + "/away.html"
-    at = element_centres(url, ["#away", "#home"])
+    at = element_centres(url, [link, "#home"])
     replies = [
-        click_at(at["#away"]),  # to http://localhost:PORT/help.html: another host, blocked
+        click_at(at[link]),  # to http://localhost:PORT/help.html (in this tab or a new one): another host, blocked
         click_at(at["#home"]),  # /help.html on this host: allowed
         call(action="terminate", status="success"),
     ]
     result = browse(tmp_path, url, replies, "Open the help page", "--allow-domain", "example.org")
     assert result.returncode == 0, result.stderr
     source = exported(tmp_path)
-    assert "Same server, other host name" not in "\n".join(
-        line for line in replay_body(source) if not line.lstrip().startswith("#")
-    )
+    code = "\n".join(line for line in replay_body(source) if not line.lstrip().startswith("#"))
+    assert "other host name" not in code and "expect_popup" not in code and "tabs" not in code
     assert "# step 1: left_click at" in source and "not replayed: the run blocked its navigation to localhost" in source
     assert 'page.get_by_role("link", name="Help on this site", exact=True).click()' in source
     replayed = replay_script(tmp_path / "out.py", "--timeout", "5")

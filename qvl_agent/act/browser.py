@@ -258,6 +258,7 @@ class BrowserExecutor:
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         self._check_alive()
         earlier = len(self._blocked)  # hosts blocked before this action (a late redirect) are not its doing
+        start_page, tabs_before = self.page, len(self._watched)
         detail: dict = {"url": self.page.url}
         if self._tab():  # the exporter follows the run into a tab it opened (or back)
             detail["tab"] = self._tab()
@@ -279,10 +280,24 @@ class BrowserExecutor:
         if self._blocked:
             hosts = ", ".join(sorted(set(self._blocked)))
             self._blocked.clear()
-            self._leave_error_page(detail["url"])
+            if not self._close_blocked_tab(start_page, tabs_before):
+                self._leave_error_page(detail["url"])
             message += f"; the page tried to open {hosts}, which is not an allowed domain: that was blocked"
         self._check_alive()
         return ActionResult(True, message, detail)
+
+    def _close_blocked_tab(self, start_page, tabs_before: int) -> bool:
+        """A tab this action opened only to be refused (a link with target=_blank to another host) is closed
+        and the run stays where it was, so the action had no effect at all (the export leaves it out)."""
+        if not any(self.page is page for page in self._watched[tabs_before:]) or start_page.is_closed():
+            return False
+        try:
+            self.page.close()
+        except self._error_type:
+            pass
+        self.page = start_page
+        self._page_closed = False
+        return True
 
     def _off_allowed_domains(self) -> str:
         """The page's host when it is on one that --allow-domain does not allow, else "". The route blocks a
