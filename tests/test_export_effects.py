@@ -109,6 +109,34 @@ def test_comments_carry_the_run_s_step_numbers(tmp_path):
     assert comments == ["# step 1: left_click at (1, 1)", "# step 1: key Tab", "# step 3: left_click at (1, 1)"]
 
 
+@pytest.mark.browser
+def test_typing_waits_for_the_element_the_run_typed_into_to_have_the_focus(tmp_path, server):
+    """The pad takes the keyboard 0.6 s after its button is pressed; the run waited, the replay has no fixed
+    sleeps: it must wait for the pad to have the focus before it types, or the keys go nowhere."""
+    url = f"{server.url}/keypad.html"
+    save_once_open = (  # where Save is once the pad has opened above it
+        "async () => { await new Promise(done => setTimeout(done, 1000));"
+        " const r = document.querySelector('#save').getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }"
+    )
+    at = measure_along(url, [("measure", "#open"), ("click", "#open"), ("point", "#save", save_once_open)])
+    replies = [
+        click_at(at["#open"]),
+        call(action="wait", time=1),
+        call(action="type", text="hello"),
+        click_at(at["#save"]),
+        call(action="terminate", status="success"),
+    ]
+    result = browse(tmp_path, url, replies, "Type hello on the pad and save it")
+    assert result.returncode == 0, result.stderr
+    assert server.records("pad") == [{"text": "hello"}], "the run itself did not type into the pad"
+    source = exported(tmp_path)
+    assert 'expect(page.get_by_role("log", name="Pad", exact=True)).to_be_focused()' in source
+    server.clear()
+    replayed = replay_script(tmp_path / "out.py")
+    assert replayed.returncode == 0, replayed.stderr + "\n" + source
+    assert server.records("pad") == [{"text": "hello"}]
+
+
 # --- a tab that closes itself ------------------------------------------------------------------------------
 
 

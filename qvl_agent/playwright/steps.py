@@ -277,7 +277,11 @@ class StepCompiler:
                 if submits:
                     self.add(Op([f'{code}.press("Enter")'], target, "press", comment=note))
             return
-        self.add(Op([f"page.keyboard.type({q(text)})"], comment=note))
+        # The keyboard types into whatever has the focus, without waiting: on a slow machine an editor that
+        # takes the focus a moment after its click would miss the text. The run typed once its element had
+        # it (its locator is the focused element's), so the replay waits for that too.
+        focus = [f"expect({code}).to_be_focused()"] if code else []
+        self.add(Op([*focus, f"page.keyboard.type({q(text)})"], comment=note))
 
     def _key(self, keys, locator, code, before, after, note) -> None:
         target = target_key(locator)
