@@ -116,7 +116,8 @@ def test_typing_waits_for_the_element_the_run_typed_into_to_have_the_focus(tmp_p
     url = f"{server.url}/keypad.html"
     save_once_open = (  # where Save is once the pad has opened above it
         "async () => { await new Promise(done => setTimeout(done, 1000));"
-        " const r = document.querySelector('#save').getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; }"
+        " const r = document.querySelector('#save').getBoundingClientRect();"
+        " return [r.x + r.width / 2, r.y + r.height / 2]; }"
     )
     at = measure_along(url, [("measure", "#open"), ("click", "#open"), ("point", "#save", save_once_open)])
     replies = [
