@@ -207,9 +207,12 @@ class BrowserExecutor:
         if (
             self.page.url.startswith("chrome-error://")
             and self.allowed_domains
-            and "BLOCKED_BY_CLIENT" in (self._failed_navigation)
+            and ("BLOCKED_BY_CLIENT" in self._failed_navigation or self._blocked)
         ):
-            self._leave_error_page(self._last_url)  # a navigation --allow-domain blocked: not a dead page
+            # A navigation --allow-domain blocked: not a dead page. A tab that opened only to be refused (its
+            # request may come before the tab is watched, on a busy machine) is closed; a page is taken back.
+            if not self._close_refused_tab():
+                self._leave_error_page(self._last_url)
         if self.page.url.startswith("chrome-error://"):
             what = self._failed_navigation or "the server did not answer"
             self._mark_dead(f"The page stopped answering: loading {what} failed.")
@@ -273,6 +276,11 @@ class BrowserExecutor:
                 self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
             except self._error_type:
                 pass
+            if any(self.page is page for page in self._watched[tabs_before:]):
+                try:  # a tab this action opened: its navigation reaches the route (or loads) first
+                    self.page.wait_for_load_state("load", timeout=BLOCK_NOTICE_MS * 10)
+                except self._error_type:
+                    pass
             if host := self._off_allowed_domains():
                 self._blocked.append(host)
         if self._blocked[earlier:]:  # the export leaves this action out: where it led was refused
@@ -285,6 +293,21 @@ class BrowserExecutor:
             message += f"; the page tried to open {hosts}, which is not an allowed domain: that was blocked"
         self._check_alive()
         return ActionResult(True, message, detail)
+
+    def _close_refused_tab(self) -> bool:
+        """Close the current tab when it is not the first and shows the error page of a refused navigation."""
+        if self.page is self._watched[0] or not self.page.url.startswith("chrome-error://"):
+            return False
+        refused = self.page
+        back = next((p for p in reversed(self._watched) if p is not refused and not p.is_closed()), None)
+        if back is None:
+            return False
+        try:
+            refused.close()
+        except self._error_type:
+            pass
+        self.page, self._page_closed = back, False
+        return True
 
     def _close_blocked_tab(self, start_page, tabs_before: int) -> bool:
         """A tab this action opened only to be refused (a link with target=_blank to another host) is closed
