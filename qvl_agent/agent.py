@@ -21,8 +21,9 @@ the model's actions stay in order, each with what it did.
 
 Parse and action errors go back to the model as the next observation (at most `max_retries` in a row);
 `terminate` and `answer` end the run; the emergency stop, `max_steps` and the per-step timeout end it too.
-Capture and engine errors end the run with status "error". This module imports no torch, Qt, pyautogui
-or Playwright.
+Capture and engine errors end the run with status "error"; Ctrl+C ends it as "interrupted", with its
+trace closed like any other run's. A dry run (the dry-run executor) says so in its result, with the actions
+that would have run. This module imports no torch, Qt, pyautogui or Playwright.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from qvl_agent import actions as A
 from qvl_agent import prompts
 from qvl_agent.act.base import ActionResult, Executor
-from qvl_agent.act.guard import Guard, Pixels
+from qvl_agent.act.guard import Guard, Pixels, describe_pixels
 from qvl_agent.engine.base import Engine, GenerationOptions, Session
 from qvl_agent.errors import ActionError, EmergencyStop, GenerationCancelled, ParseError, QvlError
 from qvl_agent.image import GRID, Screenshot
@@ -46,19 +47,39 @@ from qvl_agent.trace import TraceWriter
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
-STATUSES = ("success", "failure", "stopped", "limit", "error")
+STATUSES = ("success", "failure", "stopped", "limit", "error", "interrupted")
+# How a run that never reached its first step ended (written by the commands, not by the loop).
+FAILED_TO_START = "failed to start"
+DRY_RUN_NOTE = "dry run, nothing was clicked or typed"
 
 
 @dataclass(frozen=True)
 class RunResult:
-    status: str  # success | failure | stopped | limit | error
+    status: str  # success | failure | stopped | limit | error | interrupted
     answer: str = ""
     steps: int = 0
     message: str = ""
+    dry_run: bool = False
+    would_do: tuple[str, ...] = ()  # a dry run's actions that would have run, with their pixels
 
     @property
     def ok(self) -> bool:
         return self.status == "success"
+
+    @property
+    def headline(self) -> str:
+        """`status: message`, marked when nothing was done, so a dry run never reads as a done task."""
+        status = f"{self.status} ({DRY_RUN_NOTE})" if self.dry_run else self.status
+        return f"{status}: {self.message}"
+
+    def would_do_text(self) -> str:
+        """The actions a dry run would have run, one numbered line each ("" for a real run)."""
+        if not self.dry_run:
+            return ""
+        if not self.would_do:
+            return "Would have run: no action."
+        lines = [f"  {i}. {what}" for i, what in enumerate(self.would_do, start=1)]
+        return "\n".join([f"Would have run ({len(self.would_do)} action{'s' * (len(self.would_do) != 1)}):", *lines])
 
 
 @dataclass(frozen=True)
@@ -127,6 +148,7 @@ class Agent:
         self.session: Session | None = None
         self.rebuilds = 0
         self._without_images: list[str] = []  # per turn of the run: its text once its screenshot is gone
+        self._would_do: list[str] = []  # a dry run's actions, as the person would read them
 
     # --- prompts and context --------------------------------------------------------------------------
 
@@ -215,6 +237,7 @@ class Agent:
             )
         self.session = None
         self._without_images = []
+        self._would_do = []
         result = RunResult(
             "limit", steps=self.max_steps, message=f"The task was not done within {self.max_steps} steps."
         )
@@ -240,11 +263,20 @@ class Agent:
             result = RunResult("stopped", steps=step, message=str(exc))
         except QvlError as exc:
             result = RunResult("error", steps=step, message=str(exc))
+        except KeyboardInterrupt:  # Ctrl+C: the run is recorded as interrupted, not left unfinished
+            where = f"in step {step}" if step else "before the first step"
+            result = RunResult("interrupted", steps=step, message=f"Interrupted (Ctrl+C) {where}.")
         finally:
             if self.session is not None:
                 self.session.close()
+        extra = {}
+        if self.executor.name == "dry-run":
+            result = replace(result, dry_run=True, would_do=tuple(self._would_do))
+            extra = {"dry_run": True, "would_do": list(result.would_do)}
         if self.trace:
-            self.trace.end(status=result.status, answer=result.answer, steps=result.steps, message=result.message)
+            self.trace.end(
+                status=result.status, answer=result.answer, steps=result.steps, message=result.message, **extra
+            )
         self._emit("done", result.steps, message=result.status)
         return result
 
@@ -257,6 +289,8 @@ class Agent:
             self.guard.switch.check()
             shot = self.executor.observe()
             timings["capture_ms"] = (time.perf_counter() - t0) * 1000
+            if getattr(self.executor, "reused_capture", False):
+                record["capture"] = "reused"  # the screen grabbed while waiting for it to settle: no new grab
             record["screen"] = {
                 "left": shot.left,
                 "top": shot.top,
@@ -363,6 +397,8 @@ class Agent:
                         raise ActionError(message) from None
                     raise
                 result = ActionResult(result.ok, self.secrets.mask(result.message), self.secrets.mask(result.detail))
+                if self.executor.name == "dry-run":
+                    self._would_do.append(describe_pixels(action, pixels))
             record["results"].append(
                 {
                     "action": A.describe(action),

@@ -210,8 +210,28 @@ def print_result(result, trace_dir, prefix: str = "") -> None:
 
     if result.answer:
         print(printable(result.answer, keep="\n\t"), flush=True)
-    line = f"{prefix}{result.status}: {printable(result.message)} (trace: {trace_dir})"
+    line = f"{prefix}{printable(result.headline)} (trace: {trace_dir})"
     print(f"qvl-agent: {line}", file=sys.stderr, flush=True)
+    if result.dry_run:
+        print(printable(result.would_do_text(), keep="\n"), file=sys.stderr, flush=True)
+
+
+def run_exit_code(result) -> int:
+    """0 when the task was done, 130 when Ctrl+C interrupted it (as the shell would say), else 1."""
+    return 0 if result.ok else 130 if result.status == "interrupted" else 1
+
+
+def end_run_early(trace, exc: BaseException, **run_info) -> None:
+    """Record how a run ended that never reached (or never left) the step loop, and write its report:
+    Ctrl+C is "interrupted", anything else "failed to start", with the error's sentence."""
+    from qvl_agent.agent import FAILED_TO_START
+
+    if isinstance(exc, KeyboardInterrupt):
+        trace.end_early("interrupted", "Interrupted (Ctrl+C) before the first step.", **run_info)
+    else:
+        trace.end_early(FAILED_TO_START, str(exc), **run_info)
+    trace.close()
+    print_report(trace.dir)
 
 
 def print_report(trace_dir) -> None:

@@ -26,7 +26,7 @@ from string import Template
 from PIL import Image
 
 from qvl_agent.errors import InputError
-from qvl_agent.trace import Trace, read_trace, write_private
+from qvl_agent.trace import Trace, is_dry_run, read_trace, would_do, write_private
 
 REPORT_FILE = "report.html"
 SHOT_WIDTH = 1280  # embedded screenshots are scaled down to this width (the PNG beside the report is raw)
@@ -118,6 +118,8 @@ def _timings(step: dict) -> str:
     t = step.get("timings") or {}
     parts = [f"{name} {t[key]:.0f} ms" for name, key in (("capture", "capture_ms"), ("model", "model_ms"),
              ("act", "act_ms"), ("total", "total_ms")) if isinstance(t.get(key), int | float)]  # fmt: skip
+    if step.get("capture") == "reused":  # no grab of its own: the screen grabbed when the last step settled
+        parts = ["capture reused", *(p for p in parts if not p.startswith("capture "))]
     return " · ".join(parts) or "no timings"
 
 
@@ -183,10 +185,14 @@ def render_report(trace: Trace) -> str:
         sections.append(section)
         strip.append(thumb)
     status = end.get("status", "?") if end else "unfinished"
+    dry = is_dry_run(trace)
+    shown = f"{status} (dry run: nothing was clicked or typed)" if dry else status
+    planned = would_do(trace)
     rows = [
         ("Task", run.get("task", "?")),
-        ("Outcome", f"{status}: {end.get('message', '')}" if end else "the run did not finish (crashed or running)"),
+        ("Outcome", f"{shown}: {end.get('message', '')}" if end else "the run did not finish (crashed or running)"),
         ("Answer", end.get("answer") if end else ""),
+        ("Would have run", "; ".join(f"{i}. {what}" for i, what in enumerate(planned, start=1)) if dry else ""),
         ("Steps", len(trace.steps)),
         ("Engine", run.get("engine", "?")),
         ("Executor", f"{run.get('executor', '?')}, {mode} mode"),
@@ -198,8 +204,8 @@ def render_report(trace: Trace) -> str:
     summary = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows if v not in ("", None))
     template = Template(resources.files("qvl_agent").joinpath("web/report.html").read_text(encoding="utf-8"))
     return template.substitute(
-        title=_e(f"qvl-agent run: {run.get('task', trace.dir.name)}"),
-        outcome_class="ok" if status == "success" else "bad",
+        title=_e(f"qvl-agent {'dry run' if dry else 'run'}: {run.get('task', trace.dir.name)}"),
+        outcome_class="dry" if dry else "ok" if status == "success" else "bad",
         summary=summary,
         timeline="".join(strip) or "<p>No steps were recorded.</p>",
         steps="".join(sections),

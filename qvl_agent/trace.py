@@ -3,15 +3,19 @@
     DIR/trace.jsonl     one JSON object per line:
                           {"type": "run", "task", "engine", "executor", "mode", "started", ...}   first
                           {"type": "step", "step": N, "screenshot": "step-NNN.png", "screen": {...},
-                           "reply", "actions": [...], "results": [...], "error", "timings", "engine"}
-                          {"type": "end", "status", "answer", "steps", "message", "finished"}    last
+                           "reply", "actions": [...], "results": [...], "error", "timings", "engine",
+                           "capture": "reused" when the settled screen was reused, not grabbed again}
+                          {"type": "end", "status", "answer", "steps", "message", "finished",
+                           "dry_run", "would_do"}                                                 last
     DIR/step-NNN.png    the screenshot the model looked at in step N
 
 A run folder is private: created 0700 (and the folders above it that it creates, such as the runs folder),
 its files 0600 whatever the umask (a trace can show what was on the screen).
 Each step's PNG is written (to a temporary name, then renamed) before its line, and every line is
 flushed and fsync'd, so after a crash every line in trace.jsonl has its PNG. `read_trace` skips a last
-line cut off mid-write. This module knows nothing about engines or executors.
+line cut off mid-write. Every run ends with an end record, also one that failed to start or was
+interrupted (`end_early`), so no folder is listed as unfinished unless its process died. This module knows
+nothing about engines or executors.
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ class TraceWriter:
             self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", errors="backslashreplace", opener=_private)
         except OSError as exc:
             raise InputError(f"Cannot write a trace to {self.dir}: {exc.strerror or exc}.") from None
+        self.started = False
+        self.ended = False
 
     def _line(self, record: dict) -> None:
         self._fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
@@ -76,6 +82,7 @@ class TraceWriter:
 
     def start(self, **info) -> None:
         self._line({"type": "run", "started": _now(), **info})
+        self.started = True
 
     def screenshot(self, step: int, shot: Screenshot) -> str:
         """Write step N's screenshot as step-NNN.png; returns its file name."""
@@ -91,6 +98,16 @@ class TraceWriter:
 
     def end(self, **info) -> None:
         self._line({"type": "end", "finished": _now(), **info})
+        self.ended = True
+
+    def end_early(self, status: str, message: str, **run_info) -> None:
+        """End a run that stopped outside the step loop (a start page that did not open, Ctrl+C while the
+        model loaded): the folder still says what the run was and how it ended. Nothing when it has ended."""
+        if self.ended or self._fh.closed:
+            return
+        if not self.started:
+            self.start(**run_info)
+        self.end(status=status, answer="", steps=0, message=message)
 
     def close(self) -> None:
         if not self._fh.closed:
@@ -172,7 +189,7 @@ def read_trace(directory: str | os.PathLike) -> Trace:
 # fit is a damaged line; a run or end record keeps only its fields that fit.
 _STEP_FIELDS = {
     "step": int, "reply": str, "error": str, "observation": str, "screenshot": str, "screen": dict, "engine": dict,
-    "timings": dict, "actions": list, "results": list,
+    "timings": dict, "actions": list, "results": list, "capture": str,
 }  # fmt: skip
 _RESULT_FIELDS = {"action": str, "ok": bool, "message": str, "guard": str, "pixels": list, "detail": dict}
 _ACTION_FIELDS = {"action": str, "pixels": int | float}
@@ -219,6 +236,11 @@ class RunSummary:
     started: str
     steps: int
     outcome: str  # the end record's status, or "unfinished" for a crashed or running run
+    dry_run: bool = False
+
+    @property
+    def outcome_text(self) -> str:
+        return f"{self.outcome} (dry run)" if self.dry_run else self.outcome
 
 
 def _run_key(path: Path) -> tuple:
@@ -250,5 +272,21 @@ def summarize(directory: str | os.PathLike) -> RunSummary:
     trace = read_trace(directory)
     outcome = trace.end.get("status", "?") if trace.end else "unfinished"
     return RunSummary(
-        trace.dir, str(trace.run.get("task", "?")), str(trace.run.get("started", "")), len(trace.steps), outcome
+        trace.dir,
+        str(trace.run.get("task", "?")),
+        str(trace.run.get("started", "")),
+        len(trace.steps),
+        outcome,
+        is_dry_run(trace),
     )
+
+
+def is_dry_run(trace: Trace) -> bool:
+    """Whether the run only showed what it would do (its mode, or its end record, says so)."""
+    return trace.run.get("mode") == "dry-run" or (trace.end or {}).get("dry_run") is True
+
+
+def would_do(trace: Trace) -> list[str]:
+    """A dry run's actions that would have run, as its end record lists them (text only)."""
+    listed = (trace.end or {}).get("would_do")
+    return [str(x) for x in listed if isinstance(x, str)] if isinstance(listed, list) else []

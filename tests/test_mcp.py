@@ -131,9 +131,15 @@ def test_stdio_every_screen_tool_and_every_refusal(x_display, tmp_path):
 
             ran = await client.call_tool("run_task", {"task": "Click the middle of the screen"})
             assert not ran.is_error, _text(ran)
-            return ran.structured_content
+            return _text(ran), ran.structured_content
 
-    outcome = anyio.run(session)
+    reply, outcome = anyio.run(session)
+    # The calling model reads first that nothing happened, then what would have happened.
+    assert reply.startswith("DRY RUN: nothing was clicked or typed on the screen; the task was NOT carried out.")
+    assert "success (dry run): The model ended the task: success." in reply
+    assert "Would have run (1 action):\n  1. left_click at (500, 500) -> pixel (960, 540)" in reply
+    assert outcome["dry_run"] is True
+    assert outcome["would_have_run"] == ["left_click at (500, 500) -> pixel (960, 540)"]
     assert outcome["status"] == "success" and outcome["steps"] == 2
     trace = read_trace(outcome["trace_dir"])
     assert trace.run["mode"] == "dry-run"
@@ -220,7 +226,7 @@ def test_http_needs_the_token_and_auto_acts_only_with_allow_actions(x_display, t
                 return ran.structured_content
 
         outcome = anyio.run(session)
-        assert outcome["status"] == "success"
+        assert outcome["status"] == "success" and outcome["dry_run"] is False
         assert _pointer() == (480, 270)  # auto really moved the pointer, to 250/1000 of 1920x1080
         assert read_trace(outcome["trace_dir"]).run["mode"] == "auto"
         assert server.proc.poll() is None  # still serving

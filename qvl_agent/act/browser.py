@@ -203,9 +203,12 @@ class BrowserExecutor:
         if (
             self.page.url.startswith("chrome-error://")
             and self._guard.active
-            and "BLOCKED_BY_CLIENT" in (self._failed_navigation)
+            and ("BLOCKED_BY_CLIENT" in self._failed_navigation or self._blocked)
         ):
-            self._leave_error_page(self._last_url)  # a navigation the guard blocked: not a dead page
+            # A navigation --allow-domain blocked: not a dead page. A tab that opened only to be refused (its
+            # request may come before the tab is watched, on a busy machine) is closed; a page is taken back.
+            if not self._close_refused_tab():
+                self._leave_error_page(self._last_url)
         if self.page.url.startswith("chrome-error://"):
             what = self._failed_navigation or "the server did not answer"
             self._mark_dead(f"The page stopped answering: loading {what} failed.")
@@ -253,6 +256,8 @@ class BrowserExecutor:
 
     def execute(self, action: A.Action, shot: Screenshot) -> ActionResult:
         self._check_alive()
+        earlier = len(self._blocked)  # hosts blocked before this action (a late redirect) are not its doing
+        start_page, tabs_before = self.page, len(self._watched)
         detail: dict = {"url": self.page.url}
         if self._tab():  # the exporter follows the run into a tab it opened (or back)
             detail["tab"] = self._tab()
@@ -267,19 +272,56 @@ class BrowserExecutor:
                 self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
             except self._error_type:
                 pass
+            if any(self.page is page for page in self._watched[tabs_before:]):
+                try:  # a tab this action opened: its navigation reaches the route (or loads) first
+                    self.page.wait_for_load_state("load", timeout=BLOCK_NOTICE_MS * 10)
+                except self._error_type:
+                    pass
             if host := self._off_allowed_domains():
                 self._blocked.append(host)
         notes = list(self._guard.blocked)
         self._guard.blocked.clear()
+        if self._blocked[earlier:]:  # the export leaves this action out: where it led was refused
+            detail["blocked"] = sorted(set(self._blocked[earlier:]))
         if self._blocked:
             hosts = ", ".join(sorted(set(self._blocked)))
             self._blocked.clear()
             notes.append(f"the page tried to open {hosts}, which is not an allowed domain: that was blocked")
-        if notes:
+            if not self._close_blocked_tab(start_page, tabs_before):
+                self._leave_error_page(detail["url"])
+        elif notes:
             self._leave_error_page(detail["url"])
-            message += "".join(f"; {note}" for note in notes)
+        message += "".join(f"; {note}" for note in notes)
         self._check_alive()
         return ActionResult(True, message, detail)
+
+    def _close_refused_tab(self) -> bool:
+        """Close the current tab when it is not the first and shows the error page of a refused navigation."""
+        if self.page is self._watched[0] or not self.page.url.startswith("chrome-error://"):
+            return False
+        refused = self.page
+        back = next((p for p in reversed(self._watched) if p is not refused and not p.is_closed()), None)
+        if back is None:
+            return False
+        try:
+            refused.close()
+        except self._error_type:
+            pass
+        self.page, self._page_closed = back, False
+        return True
+
+    def _close_blocked_tab(self, start_page, tabs_before: int) -> bool:
+        """A tab this action opened only to be refused (a link with target=_blank to another host) is closed
+        and the run stays where it was, so the action had no effect at all (the export leaves it out)."""
+        if not any(self.page is page for page in self._watched[tabs_before:]) or start_page.is_closed():
+            return False
+        try:
+            self.page.close()
+        except self._error_type:
+            pass
+        self.page = start_page
+        self._page_closed = False
+        return True
 
     def _off_allowed_domains(self) -> str:
         """The page's host when it is on one that --allow-domain does not allow, else "". The route blocks a

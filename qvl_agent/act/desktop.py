@@ -81,6 +81,7 @@ class DesktopExecutor:
         self.interrupt = interrupt or (lambda: None)  # raises EmergencyStop; checked between keystrokes
         self._grab = grab
         self._settled: Screenshot | None = None
+        self.reused_capture = False  # the last observe() returned the settled grab instead of a new one
 
     @property
     def input(self):
@@ -92,6 +93,7 @@ class DesktopExecutor:
 
     def observe(self) -> Screenshot:
         shot, self._settled = self._settled, None
+        self.reused_capture = shot is not None
         return shot or self._grab(monitor=self.monitor, region=self.region)
 
     def wait_until_settled(self, timeout_s: float, interval_s: float = 0.05) -> None:

@@ -23,6 +23,10 @@ class DryRunExecutor:
     def observe(self) -> Screenshot:
         return self.inner.observe()
 
+    @property
+    def reused_capture(self) -> bool:
+        return getattr(self.inner, "reused_capture", False)
+
     def validate(self, action: A.Action) -> None:
         self.inner.validate(action)
 

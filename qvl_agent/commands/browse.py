@@ -11,7 +11,9 @@ standalone Playwright script that replays it without the model (`qvl-agent repla
 types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
 --allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
 reported to the model. A request carrying a secret's value (in any encoding) goes to those hosts only.
-Exit 0 when the model ends with success, 1 on failure, a limit or a browser that died, 2 on bad usage.
+Exit 0 when the model ends with success, 1 on failure, a limit or a browser that died, 2 on bad usage,
+130 on Ctrl+C. The run folder always ends with an outcome and report.html: "failed to start" when the
+start page could not be opened, "interrupted" after Ctrl+C.
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from qvl_agent.cli import (
     add_engine_args,
     add_secret_args,
     check_url,
+    end_run_early,
     print_event,
     print_report,
     print_result,
+    run_exit_code,
     secrets_from_args,
     task_and_steps,
 )
@@ -128,6 +132,9 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             except QvlError as exc:
                 print(f"qvl-agent: the final page could not be checked: {exc}", file=sys.stderr)
         write_browser_info(trace_dir, url, viewport, final)
+    except (QvlError, KeyboardInterrupt) as exc:
+        end_run_early(trace, exc, task=task, engine=settings.engine, executor="browser", mode="auto")
+        raise
     finally:
         if executor is not None:
             executor.close()
@@ -143,4 +150,4 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)
         else:
             print(f"qvl-agent: {export} was not written: the run did not succeed.", file=sys.stderr)
-    return 0 if result.ok else 1
+    return run_exit_code(result)

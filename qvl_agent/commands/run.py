@@ -10,8 +10,9 @@ done anyway (a point outside the screen, a key this keyboard lacks, a limit) is 
 `--yes` runs without asking, `--dry-run` touches nothing. System key combinations (log out, lock, console
 switch) are asked about even with `--yes` unless `--allow-keys`. The emergency stop hotkey (default
 ctrl+alt+Escape) halts the run at once; `--yes` refuses to start without it. Exit 0 when the model
-ends with success, 1 on failure, stop or a limit, 2 on bad usage or input. Every run writes a trace
-folder (`qvl-agent trace show DIR` prints it).
+ends with success, 1 on failure, stop or a limit, 2 on bad usage or input, 130 on Ctrl+C. Every run
+writes a trace folder with its outcome and report.html (`qvl-agent trace show DIR` prints it), also a run
+that Ctrl+C interrupted.
 """
 
 from __future__ import annotations
@@ -32,15 +33,17 @@ from qvl_agent.capture import list_monitors, monitor_choices
 from qvl_agent.cli import (
     add_engine_args,
     add_secret_args,
+    end_run_early,
     print_event,
     print_report,
     print_result,
+    run_exit_code,
     secrets_from_args,
     task_and_steps,
 )
 from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
-from qvl_agent.errors import ActionError, UsageError
+from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
@@ -192,6 +195,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 secrets=secrets,
             )
             result = agent.run(task)
+    except (QvlError, KeyboardInterrupt) as exc:
+        if trace is not None:  # the folder exists: it says how the run ended
+            end_run_early(trace, exc, task=task, engine=settings.engine, executor=executor.name, mode=mode)
+        raise
     finally:
         guard.close()
         executor.close()
@@ -202,4 +209,4 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     print_result(result, trace_dir, prefix=dry)
     print_report(trace_dir)
-    return 0 if result.ok else 1
+    return run_exit_code(result)

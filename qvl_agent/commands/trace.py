@@ -19,7 +19,7 @@ from qvl_agent.actions import printable
 from qvl_agent.config import Settings
 from qvl_agent.errors import UsageError
 from qvl_agent.report import write_report
-from qvl_agent.trace import latest_run, read_trace, run_dirs, runs_root, summarize
+from qvl_agent.trace import is_dry_run, latest_run, read_trace, run_dirs, runs_root, summarize, would_do
 
 
 def register(sub) -> None:
@@ -60,7 +60,8 @@ def format_trace(directory) -> str:
         f"run      {trace.dir}",
         f"task     {run.get('task', '?')}",
         f"engine   {run.get('engine', '?')}   executor {run.get('executor', '?')}",
-        f"mode     {run.get('mode', '?')}",
+        f"mode     {run.get('mode', '?')}"
+        + ("   (dry run: nothing was clicked or typed)" if is_dry_run(trace) else ""),
         f"started  {run.get('started', '?')}",
     ]
     for s in trace.steps:
@@ -80,12 +81,20 @@ def format_trace(directory) -> str:
             out.append(f"  error: {s['error']}")
         timings = s.get("timings") or {}
         if timings:
-            out.append("  timings: " + ", ".join(f"{k.removesuffix('_ms')} {v:.0f} ms" for k, v in timings.items()))
+            reused = s.get("capture") == "reused"
+            shown = [
+                "capture reused" if reused and k == "capture_ms" else f"{k.removesuffix('_ms')} {v:.0f} ms"
+                for k, v in timings.items()
+            ]
+            out.append("  timings: " + ", ".join(shown))
     if trace.end:
         e = trace.end
-        out.append(f"\nend      {e.get('status')} after {e.get('steps')} steps: {e.get('message', '')}")
+        dry = " (dry run)" if is_dry_run(trace) else ""
+        out.append(f"\nend      {e.get('status')}{dry} after {e.get('steps')} steps: {e.get('message', '')}")
         if e.get("answer"):
             out.append(f"answer   {e['answer']}")
+        for i, what in enumerate(would_do(trace), start=1):
+            out.append(f"{'would do' if i == 1 else '':8} {i}. {what}")
     else:
         out.append(f"\nend      the run did not finish (crashed or still running); {len(trace.steps)} steps recorded")
     if trace.damaged_lines:
@@ -108,7 +117,7 @@ def list_runs(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     for d in dirs[: args.limit]:
         s = summarize(d)
-        line = f"{d.name:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome:10}  {' '.join(s.task.split())}"
+        line = f"{d.name:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome_text:15}  {' '.join(s.task.split())}"
         print(printable(line))
     return 0
 

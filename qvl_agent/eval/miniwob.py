@@ -178,6 +178,8 @@ def run_episode(
         start = time.perf_counter()
         result = agent.run(utterance)
         elapsed_ms = (time.perf_counter() - start) * 1000
+        if result.status == "interrupted":  # the agent records Ctrl+C as an outcome; here it ends the eval
+            raise KeyboardInterrupt
         if result.status == "error":
             # The engine (or the browser) failed, not the model: counting it as a failed episode would
             # print a success rate that measured nothing.

@@ -151,11 +151,10 @@ def build_server(tools: ScreenTools) -> MCPServer:
         """Carry out a task on the first monitor, step by step: screenshot, the local model picks an action,
         a safety guard checks it, then it is done (auto) or only described (dry-run). Returns the outcome
         (status success/failure/stopped/limit/error, message, answer, steps) and the run's trace folder with
-        its report.html."""
+        its report.html; a dry run says so (`dry_run`) and lists the actions it would have run
+        (`would_have_run`), none of which happened."""
         outcome = await _call(tools.run_task, task, mode, max_steps)
-        data = outcome.as_dict()
-        text = f"{outcome.status}: {outcome.message}" + (f"\nAnswer: {outcome.answer}" if outcome.answer else "")
-        return _result(f"{text}\nTrace: {outcome.trace_dir}", data)
+        return _result(outcome.text(), outcome.as_dict())
 
     @tool(ToolAnnotations(destructive_hint=False, open_world_hint=True))
     async def browse(

@@ -32,14 +32,43 @@ class RunOutcome:
     steps: int
     trace_dir: str
     report: str
+    dry_run: bool = False
+    would_have_run: tuple[str, ...] = ()  # a dry run's actions, with the pixels they would have hit
 
     @classmethod
     def of(cls, result, trace_dir: Path) -> RunOutcome:
         """From the agent's RunResult; writes the run's report."""
-        return cls(result.status, result.message, result.answer, result.steps, str(trace_dir), _report(trace_dir))
+        return cls(
+            result.status,
+            result.message,
+            result.answer,
+            result.steps,
+            str(trace_dir),
+            _report(trace_dir),
+            result.dry_run,
+            result.would_do,
+        )
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["would_have_run"] = list(self.would_have_run)
+        return data
+
+    def text(self) -> str:
+        """The reply a calling model reads first: a dry run says so before anything else, and lists the
+        actions it only showed, so it cannot be taken for a task that was done."""
+        lines = []
+        if self.dry_run:
+            lines.append("DRY RUN: nothing was clicked or typed on the screen; the task was NOT carried out.")
+        status = f"{self.status} (dry run)" if self.dry_run else self.status
+        lines.append(f"{status}: {self.message}")
+        if self.answer:
+            lines.append(f"Answer: {self.answer}")
+        if self.dry_run:
+            listed = [f"  {i}. {what}" for i, what in enumerate(self.would_have_run, start=1)]
+            lines += [f"Would have run ({len(listed)} action{'s' * (len(listed) != 1)}):", *listed]
+        lines.append(f"Trace: {self.trace_dir}")
+        return "\n".join(lines)
 
 
 MAX_TEXT_CHARS = 20_000  # a question, task or description; a longer one would hold the engine for minutes

@@ -12,8 +12,10 @@ using Playwright's sync API, importing nothing from qvl_agent, that
     click would act elsewhere; keys the page listens to stay key presses; only a click whose element had
     no unique locator falls back to the recorded CSS pixel,
   - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
-  - waits the way Playwright recommends: auto-waiting locator actions and `expect(page).to_have_url`
-    after a step that navigated, never fixed sleeps,
+  - replays only what had effect: a step whose navigation the run blocked (`--allow-domain`) is a comment,
+  - waits the way Playwright recommends: auto-waiting locator actions, `expect(page).to_have_url` after a
+    step that navigated, the close event of a tab that closes itself, never fixed sleeps; every wait and
+    check in every tab holds for `--timeout` seconds (30 by default, so a slow machine is no failure),
   - ends with `expect` assertions on the final state that the steps produce (`assertions.py`): values of
     fields, text of editable elements, checked states, the URL (a query value that held a secret, masked
     as `{{NAME}}`, is matched as any value), and text that appeared after the last click; a step it
@@ -69,7 +71,8 @@ Task: {task}
 Run:  qvl-agent replay {filename} [--url URL]   (in the sandbox; see the lines above)
 Or:   python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECONDS]
       (your own choice: then it has all of your rights; the browser comes from --browser, else
-      $QVL_BROWSER, else Playwright's own Chromium)
+      $QVL_BROWSER, else Playwright's own Chromium; each step and check waits up to
+      --timeout seconds, default 30)
 Exit status 0 when the page reaches the recorded end state, 1 when it does not.
 """
 
@@ -94,7 +97,7 @@ def main():
     parser.add_argument("--browser", default=os.environ.get("QVL_BROWSER"), help="Chromium executable")
     parser.add_argument("--url", default=START_URL, help="start URL (default: the recorded one)")
     parser.add_argument("--headed", action="store_true", help="show the browser window")
-    parser.add_argument("--timeout", type=float, default=10, help="seconds each step may wait (default 10)")
+    parser.add_argument("--timeout", type=float, default=30, help="seconds each step may wait (default 30)")
     args = parser.parse_args()
     origin = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", args.url).group(0)
     with sync_playwright() as p:
@@ -109,7 +112,7 @@ def main():
             return 1
         try:
             page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(args.timeout * 1000)
+            page.context.set_default_timeout(args.timeout * 1000)  # every tab the run opens waits as long
             expect.set_options(timeout=args.timeout * 1000)
             page.on("dialog", lambda dialog: dialog.accept())
             page.goto(args.url)
@@ -181,8 +184,9 @@ def compile_run(
     viewport: tuple[int, int] = (1280, 800),
     filename: str = "replay.py",
 ) -> Compiled:
-    """Python source replaying `steps` (each {"kind", "ok", "detail", "describe"}) from `start_url`.
-    Raises InputError (one sentence) for a run it will not write, before anything is written."""
+    """Python source replaying `steps` (each {"kind", "ok", "detail", "describe"}, and "step", the run's step
+    number, for the comments) from `start_url`. Raises InputError (one sentence) for a run it will not write,
+    before anything is written."""
     origin = _origin(start_url)
 
     def url_expr(url: str) -> str:
@@ -190,10 +194,16 @@ def compile_run(
 
     compiler = StepCompiler()
     last_url = start_url
-    for n, step in enumerate(steps, start=1):
+    for i, step in enumerate(steps, start=1):
+        n = step.get("step", i)  # the run's own step number, as the trace and the report show it
         if not step.get("ok", True) or not step.get("detail"):
             continue
         detail = step["detail"]
+        if detail.get("blocked"):  # the run refused where it led (--allow-domain): it had no effect there
+            hosts = ", ".join(str(host) for host in detail["blocked"])
+            why = f"not replayed: the run blocked its navigation to {hosts}"
+            compiler.add(Op([], comment=f"step {n}: {step.get('describe', step['kind'])} ({why})"))
+            continue
         compiler.switch_tab(detail.get("tab", 0), f"step {n}: {step.get('describe', step['kind'])}")
         url_before = detail.get("url", last_url)
         if url_before != last_url and compiler.ops:
@@ -273,7 +283,7 @@ def write_browser_info(trace_dir: str | Path, url: str, viewport: tuple[int, int
 
 
 def steps_from_trace(trace) -> list[dict]:
-    """The executed actions of a run, in order, from a `trace.Trace`: each {"kind", "ok", "detail",
+    """The executed actions of a run, in order, from a `trace.Trace`: each {"step", "kind", "ok", "detail",
     "describe"}. Results line up with the step's actions; a step whose reply failed has none."""
     steps = []
     for record in trace.steps:
@@ -283,6 +293,7 @@ def steps_from_trace(trace) -> list[dict]:
                 break
             steps.append(
                 {
+                    "step": record["step"],
                     "kind": actions[i].get("action", ""),
                     "ok": bool(result.get("ok")),
                     "detail": result.get("detail") or {},

@@ -14,7 +14,9 @@ actions the offset inside the element and whether its centre would hit another t
   - select-all is a real key press: it is folded only into typing that replaces the selection;
   - a `<select>` changed by clicks and keys becomes one `select_option` with every selected option;
   - a tab the run opened is awaited as a popup of the action before it (`page` becomes the new tab), and a
-    tab the run went back to is taken up again from the script's `tabs`;
+    tab the run went back to is taken up again from the script's `tabs`; the run only goes back when the
+    tab it was in closed itself, so the last action there waits for that tab's close event (however late
+    it comes, and also when the action itself is cut short by the close);
   - a step that cannot be expressed becomes a loud comment, and its element goes into `lost`, so that the
     end state checks that depend on it are dropped.
 """
@@ -137,6 +139,7 @@ class StepCompiler:
     tab: int = 0  # the tab the steps act in now
     tabs_opened: int = 1
     uses_tabs: bool = False  # the replay keeps a `tabs` list
+    tab_start: int = 0  # where the ops of the current tab begin
 
     def add(self, op: Op) -> None:
         self.ops.append(op)
@@ -271,7 +274,11 @@ class StepCompiler:
                 if submits:
                     self.add(Op([f'{code}.press("Enter")'], target, "press", comment=note))
             return
-        self.add(Op([f"page.keyboard.type({q(text)})"], comment=note))
+        # The keyboard types into whatever has the focus, without waiting: on a slow machine an editor that
+        # takes the focus a moment after its click would miss the text. The run typed once its element had
+        # it (its locator is the focused element's), so the replay waits for that too.
+        focus = [f"expect({code}).to_be_focused()"] if code else []
+        self.add(Op([*focus, f"page.keyboard.type({q(text)})"], comment=note))
 
     def _key(self, keys, locator, code, before, after, note) -> None:
         target = target_key(locator)
@@ -362,6 +369,7 @@ class StepCompiler:
             ]
             opener.kind = "popup"  # never folded into a later fill of the same locator in the new tab
         else:
+            self._await_close(note)
             self.add(
                 Op(
                     [f"page = tabs[{lit(int(tab))}]", "page.bring_to_front()"],
@@ -369,6 +377,30 @@ class StepCompiler:
                 )
             )
         self.tab = tab
+        self.tab_start = len(self.ops)
+
+    def _await_close(self, note: str) -> None:
+        """The executor leaves a tab only when it closes (the model cannot switch tabs): the replay waits for
+        the close event of the last action there, so the next step never races a tab that is still closing.
+        A close that cuts the action itself short is what the step was meant to do, not a failure."""
+        closer = next(
+            (op for op in reversed(self.ops[self.tab_start :]) if op.code and op.kind not in ("lost", "popup")), None
+        )
+        if closer is None:  # nothing done in that tab: it closed by itself
+            wait = ["if not page.is_closed():", '    page.wait_for_event("close")']
+            self.add(Op(wait, comment=f"{note} (the tab the run was in closed itself)"))
+            return
+        closer.code = [
+            "closing = page",
+            "try:",
+            '    with closing.expect_event("close"):',
+            *(f"        {line}" for line in closer.code),
+            "except Error:",
+            "    if not closing.is_closed():",
+            "        raise",
+        ]
+        closer.kind = "closes-tab"
+        closer.comment += " (its tab closes itself: wait until it has)"
 
     def lose(self, locator: dict | None, note: str, why: str) -> None:
         """A step the script cannot express: a loud comment, and its element's end state is not checked."""

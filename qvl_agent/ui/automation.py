@@ -90,6 +90,9 @@ def describe_outcome(result: RunResult, declined: str = "") -> str:
         return f"Task cancelled: you declined {declined}."
     head = {"success": "Task done", "failure": "Task failed", "stopped": "Task stopped", "limit": "Task not finished"}
     text = f"{head.get(result.status, 'Task ended with an error')}: {result.message}"
+    if result.dry_run:  # nothing happened on the screen: the sentence must not read as a done task
+        head = {"success": "Dry run done (nothing was clicked or typed)"}
+        text = f"{head.get(result.status, 'Dry run ended (nothing was clicked or typed)')}: {result.message}"
     return f"{text} Answer: {result.answer}" if result.answer else text
 
 
