@@ -279,14 +279,16 @@ class BrowserExecutor:
                     pass
             if host := self._off_allowed_domains():
                 self._blocked.append(host)
-        notes = list(self._guard.blocked)
+        notes, refused = list(self._guard.blocked), list(self._guard.refused_navigations)
         self._guard.blocked.clear()
-        if self._blocked[earlier:]:  # the export leaves this action out: where it led was refused
-            detail["blocked"] = sorted(set(self._blocked[earlier:]))
+        self._guard.refused_navigations.clear()
+        if self._blocked[earlier:] or refused:  # the export leaves this action out: where it led was refused
+            detail["blocked"] = sorted(set(self._blocked[earlier:] + refused))
         if self._blocked:
             hosts = ", ".join(sorted(set(self._blocked)))
-            self._blocked.clear()
             notes.append(f"the page tried to open {hosts}, which is not an allowed domain: that was blocked")
+        if self._blocked or refused:
+            self._blocked.clear()
             if not self._close_blocked_tab(start_page, tabs_before):
                 self._leave_error_page(detail["url"])
         elif notes:

@@ -90,6 +90,7 @@ class NetworkGuard:
         self.secrets = secrets or Secrets()
         self.block_local = block_local
         self.blocked: list[str] = []  # sentences for the model, taken by the executor
+        self.refused_navigations: list[str] = []  # hosts a page load was refused to, taken by the executor
 
     @property
     def active(self) -> bool:
@@ -125,7 +126,7 @@ class NetworkGuard:
         carries = self._carries(url, headers, body)
         why = self.refusal(url, navigation, carries)
         if why:
-            self._refuse(route, why)
+            self._refuse(route, why, url if navigation else None)
             return
         follow = carries or (navigation and bool(self.navigation_domains))
         if not follow:
@@ -149,7 +150,7 @@ class NetworkGuard:
             carries = self._carries(next_url, headers, body)
             why = self.refusal(next_url, navigation, carries)
             if why:
-                self._refuse(route, why)
+                self._refuse(route, why, next_url if navigation else None)
                 return
             if not carries:  # nothing secret goes on: the browser follows this redirect itself
                 route.fulfill(response=response)
@@ -171,7 +172,9 @@ class NetworkGuard:
                 pass
             return None
 
-    def _refuse(self, route, why: str) -> None:
+    def _refuse(self, route, why: str, navigation_url: str | None = None) -> None:
         if why not in self.blocked:
             self.blocked.append(why)
+        if navigation_url is not None:  # the action that led there had no effect: an export leaves it out
+            self.refused_navigations.append(_host(navigation_url))
         route.abort("blockedbyclient")

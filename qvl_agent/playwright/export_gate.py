@@ -7,8 +7,10 @@ statement by statement, except for
   - the module docstring (any string),
   - the values of the template's constants (`START_URL = ...`): plain literals only,
   - the body of `replay(page, origin)`, where each statement is a Playwright call, `page = ...`,
-    `tabs = [page]` or `with page.expect_popup() as popup:`, and each expression is built from literals,
-    the names `page`, `popup`, `tabs`, `origin`, calls of the Playwright methods below, `expect(...)`,
+    `tabs = [page]`, `closing = page`, `with page.expect_popup() as popup:`, `with closing.expect_event(...):`,
+    `try: ... except Error: ...`, `if not <Playwright call>: ...` or a bare `raise`, and each expression is
+    built from literals, the names `page`, `popup`, `tabs`, `closing`, `origin`, calls of the Playwright
+    methods below, `expect(...)`,
     `re.compile(...)`, `re.escape(...)` and reads of `os.environ["QVL_SECRET_..."]`. No other name,
     attribute, subscript or operator.
 
@@ -34,11 +36,12 @@ PLAYWRIGHT_ATTRS = frozenset(
         "click", "dblclick", "fill", "check", "uncheck", "select_option", "press", "press_sequentially",
         "hover", "drag_to", "mouse", "keyboard", "move", "wheel", "down", "up", "type", "expect_popup",
         "value", "bring_to_front", "first", "append", "to_have_url", "to_have_value", "to_have_values",
-        "to_have_text", "to_be_checked", "not_to_be_checked", "to_be_visible",
+        "to_have_text", "to_be_checked", "not_to_be_checked", "to_be_visible", "to_be_focused",
+        "expect_event", "is_closed", "wait_for_event",
     }
 )  # fmt: skip
 _LINE_END = re.compile(rb"\r\n|\r|\n")
-RECEIVERS = frozenset({"page", "popup", "tabs"})
+RECEIVERS = frozenset({"page", "popup", "tabs", "closing"})
 VALUES = RECEIVERS | {"origin"}
 
 
@@ -125,8 +128,7 @@ def _check_replay(node: ast.stmt, expected: ast.FunctionDef) -> None:
         _refuse("replay() is missing")
     if ast.dump(node.args) != ast.dump(expected.args) or node.decorator_list or node.returns:
         _refuse("replay() has another signature")
-    for statement in node.body:
-        _statement(statement)
+    _statements(node.body)
 
 
 def _statement(node: ast.stmt) -> None:
@@ -136,23 +138,40 @@ def _statement(node: ast.stmt) -> None:
         return _expr(node.value)
     if isinstance(node, ast.Assign) and len(node.targets) == 1:
         target = node.targets[0]
-        if isinstance(target, ast.Name) and target.id in ("page", "tabs"):
+        if isinstance(target, ast.Name) and target.id in ("page", "tabs", "closing"):
             return _expr(node.value)
     if isinstance(node, ast.With) and len(node.items) == 1:
         item = node.items[0]
         call = item.context_expr
-        if (
-            isinstance(item.optional_vars, ast.Name)
-            and item.optional_vars.id == "popup"
-            and isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr == "expect_popup"
-        ):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and _with_target(call.func.attr, item):
             _expr(call)
-            for inner in node.body:
-                _statement(inner)
-            return
+            return _statements(node.body)
+    if isinstance(node, ast.Try) and not (node.orelse or node.finalbody) and len(node.handlers) == 1:
+        handler = node.handlers[0]  # a tab that closes itself: `except Error:` around the closing action
+        if handler.name is None and isinstance(handler.type, ast.Name) and handler.type.id == "Error":
+            _statements(node.body)
+            return _statements(handler.body)
+    if isinstance(node, ast.If) and not node.orelse:
+        test = node.test
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Call):
+            _expr(test.operand)
+            return _statements(node.body)
+    if isinstance(node, ast.Raise) and node.exc is None and node.cause is None:
+        return
     _refuse(f"replay() holds a {type(node).__name__} statement it never writes")
+
+
+def _statements(nodes: list[ast.stmt]) -> None:
+    for inner in nodes:
+        _statement(inner)
+
+
+def _with_target(method: str, item: ast.withitem) -> bool:
+    """`with page.expect_popup() as popup:` or `with closing.expect_event(...):`, nothing else."""
+    named = item.optional_vars
+    if method == "expect_popup":
+        return isinstance(named, ast.Name) and named.id == "popup"
+    return method == "expect_event" and named is None
 
 
 def _expr(node: ast.expr) -> None:
