@@ -419,7 +419,6 @@ def save(settings: Settings, path: Path | None = None) -> Path:
     ConfigError with one sentence when the folder cannot be written."""
     settings.validated()
     path = path or config_path()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -430,9 +429,21 @@ def save(settings: Settings, path: Path | None = None) -> Path:
         if problems and path.is_file():  # a file the person may still want: keep it beside
             backup = path.with_name(f"{path.name}.bak-{time.strftime('%Y%m%d-%H%M%S')}")
             backup.write_bytes(path.read_bytes())
-        # Owner-only from the start, whatever the umask: a file others can write is refused on load.
+    except OSError as exc:
+        raise ConfigError(f"The settings cannot be saved to {path}: {exc.strerror or exc}.") from None
+    write_settings_text(path, dumps(settings))
+    return path
+
+
+def write_settings_text(path: Path, text: str) -> None:
+    """Replace the settings file `path` with `text` atomically (readers see the old file or the new one),
+    owner-only (0600) whatever the umask: a file others can write is refused on load. ConfigError with one
+    sentence when it cannot be written."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
-            fh.write(dumps(settings))
+            fh.write(text)
         os.chmod(tmp, 0o600)  # an older temporary file keeps its own mode through O_CREAT
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
@@ -441,7 +452,6 @@ def save(settings: Settings, path: Path | None = None) -> Path:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise ConfigError(f"The settings cannot be saved to {path}: {exc.strerror or exc}.") from None
-    return path
 
 
 def replace(settings: Settings, **changes) -> Settings:

@@ -4,6 +4,7 @@ hotkeys are recorded by pressing them and shown as people write them; nothing is
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 from PySide6.QtCore import Qt
@@ -230,9 +231,14 @@ def test_the_engine_is_edited_in_the_dialog_and_saved(qtbot, path):
     dialog = open_dialog(qtbot, Settings(), path)
     assert dialog.engine.currentText() == "local"
     dialog.engine.setCurrentText("openai:http://127.0.0.1:8000/v1")
-    with qtbot.waitSignal(dialog.saved) as saved:
-        dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    old_umask = os.umask(0)  # a careless umask must not make the file others can write (then refused on load)
+    try:
+        with qtbot.waitSignal(dialog.saved) as saved:
+            dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    finally:
+        os.umask(old_umask)
     assert path.read_text() == 'engine = "openai:http://127.0.0.1:8000/v1"\n'
+    assert path.stat().st_mode & 0o777 == 0o600
     assert saved.args[0].engine == "openai:http://127.0.0.1:8000/v1"
     assert config.load(path, env={}).settings.engine == "openai:http://127.0.0.1:8000/v1"
 

@@ -13,7 +13,6 @@ windows it may be opened from.
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import tomli_w
@@ -60,16 +59,7 @@ def write_changes(path: Path, changes: dict) -> None:
             data["hotkeys"] = {**table, **value}
         else:
             data[name] = value
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(tomli_w.dumps(data), encoding="utf-8")
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"The settings could not be saved to {path}: {exc.strerror or exc}.") from None
+    config.write_settings_text(path, tomli_w.dumps(data))  # atomic and owner-only, as every settings save
 
 
 FIELD_MIN_WIDTH = 380  # a Hugging Face id or a home-folder path fits without scrolling
