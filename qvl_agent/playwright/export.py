@@ -33,6 +33,8 @@ from pathlib import Path
 from qvl_agent.playwright import secret_refs
 from qvl_agent.playwright.assertions import end_state_assertions
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
+from qvl_agent.playwright.intent import comment as intent_comment
+from qvl_agent.playwright.intent import op_action, reason_of, step_intent
 from qvl_agent.playwright.steps import Op, StepCompiler, comment_text, python_locator, q, target_key
 from qvl_agent.trace import write_private
 
@@ -65,6 +67,7 @@ Task: {task}
 Run:  python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECONDS]
       (the browser comes from --browser, else $QVL_BROWSER, else Playwright's own Chromium)
 Exit status 0 when the page reaches the recorded end state, 1 when it does not.
+Each step's `# intent:` line says what it meant, for `qvl-agent replay --heal`; python ignores it.
 """
 
 import argparse
@@ -138,11 +141,14 @@ def compile_run(
         return f"origin + {q(url[len(origin) :])}" if origin and url.startswith(origin) else q(url)
 
     compiler = StepCompiler()
+    intents: dict[str, dict] = {}  # target_key(locator) -> the latest step's intent on that element
     last_url = start_url
     for n, step in enumerate(steps, start=1):
         if not step.get("ok", True) or not step.get("detail"):
             continue
         detail = step["detail"]
+        if detail.get("locator") and detail["locator"].get("kind") != "point":
+            intents[target_key(detail["locator"])] = step_intent(n, step["kind"], detail, step.get("reason", ""))
         compiler.switch_tab(detail.get("tab", 0), f"step {n}: {step.get('describe', step['kind'])}")
         url_before = detail.get("url", last_url)
         if url_before != last_url and compiler.ops:
@@ -157,6 +163,8 @@ def compile_run(
     for op in compiler.ops:
         if op.comment:
             lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment
+        if op.code and op.target in intents:
+            lines.append(intent_comment(dict(intents[op.target], action=op_action(op.kind))))
         lines.extend(op.code)
     checks = end_state_assertions(final, last_url, url_expr, compiler.lost)
     if checks:
@@ -213,6 +221,7 @@ def steps_from_trace(trace) -> list[dict]:
                     "ok": bool(result.get("ok")),
                     "detail": result.get("detail") or {},
                     "describe": result.get("action", ""),
+                    "reason": reason_of(record.get("reply", "")),
                 }
             )
     return steps

@@ -17,6 +17,10 @@ Locators are plain dicts so that they go into the trace as JSON and `export` can
     {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
     {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
 
+Each resolved element also carries `near`, the nearest text before it in reading order (its caption when it
+has no name): exported scripts keep it in each step's intent, and `--heal` checks a CSS-path locator's
+element against it, so a field that swapped places with another is noticed instead of filled wrongly.
+
 For the exporter it also records what an element's locator alone does not say: its state
 (`element_state`: value, every selected option, checked, editable, whether the page listens to key events
 on it, which needs `KEY_LISTENERS_JS` installed before the page's scripts) and where inside it a pointer
@@ -88,6 +92,19 @@ _INFO_JS = """
     return parts.join(' > ');
   };
   const labels = t.labels ? Array.from(t.labels).map(l => norm(l.innerText)).filter(Boolean) : [];
+  // The nearest text before the element in reading order, outside it: what a person reads as its caption
+  // when it has no name of its own ("Quantity" before a bare field, "Beta" before a row's star).
+  const near = (() => {
+    const walker = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
+    walker.currentNode = t;
+    for (let n = walker.previousNode(); n; n = walker.previousNode()) {
+      const s = norm(n.data);
+      if (s && !t.contains(n) && !(n.parentElement && n.parentElement.closest('script,style,template'))) {
+        return s.slice(0, 60);
+      }
+    }
+    return '';
+  })();
   const r = t.getBoundingClientRect();
   return {
     tag: t.tagName.toLowerCase(),
@@ -98,6 +115,7 @@ _INFO_JS = """
     testid: t.getAttribute('data-testid') || '',
     text: norm(t.innerText || t.textContent),
     css: cssPath(t),
+    near,
     box: [r.x, r.y, r.width, r.height],
   };
 }
@@ -243,7 +261,10 @@ def resolve_handle(page, handle) -> Located | None:
     info = handle.evaluate(_INFO_JS)
     for locator in candidates(page, info):
         if is_unique(page, locator, handle):
-            return Located(locator, {k: info[k] for k in ("tag", "type", "role", "css", "box")}, handle)
+            element = {k: info[k] for k in ("tag", "type", "role", "css", "near", "box")}
+            if info["text"] and len(info["text"]) <= MAX_TEXT and info["tag"] not in ("input", "select", "textarea"):
+                element["text"] = info["text"]  # what the element reads, for an intent without a name
+            return Located(locator, element, handle)
     return None
 
 
