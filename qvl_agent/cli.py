@@ -15,7 +15,21 @@ from qvl_agent import __version__, config
 from qvl_agent.errors import QvlError, UsageError
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ["ask", "locate", "run", "browse", "playwright", "trace", "tray", "serve", "mcp", "eval", "doctor", "bench"]
+COMMANDS = [
+    "ask",
+    "locate",
+    "run",
+    "browse",
+    "playwright",
+    "replay",
+    "trace",
+    "tray",
+    "serve",
+    "mcp",
+    "eval",
+    "doctor",
+    "bench",
+]
 
 
 class _Parser(argparse.ArgumentParser):

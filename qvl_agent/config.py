@@ -126,6 +126,9 @@ def hotkey_label(combo: str) -> str:
     return "+".join(labels)
 
 
+SANDBOX_MEMORY_MIN_MB = 256  # below this a sandboxed Chromium cannot start
+
+
 # --- the settings -------------------------------------------------------------------------------------
 
 
@@ -144,6 +147,7 @@ class Settings:
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
     browser: str = ""  # a Chromium executable; empty: find one
+    sandbox_memory_mb: int = 4096  # memory of one sandboxed script run in all, shared memory and tmpfs included
     api_key: str = ""  # for --engine openai:URL
     api_token: str = ""  # for `qvl-agent serve`
     hotkeys: Hotkeys = field(default_factory=Hotkeys)
@@ -166,6 +170,10 @@ def _check_value(name: str, value) -> None:
         raise ConfigError(f"max_pixels must be at most {MAX_PIXELS_LIMIT:,} (Qwen3-VL's own cap), not {value:,}.")
     if name in ("feature_cache_mb", "session_memory_mb") and value < 0:
         raise ConfigError(f"{name} cannot be negative, not {value}.")
+    if name == "sandbox_memory_mb" and value < SANDBOX_MEMORY_MIN_MB:
+        raise ConfigError(
+            f"sandbox_memory_mb must be at least {SANDBOX_MEMORY_MIN_MB} (Chromium needs it), not {value}."
+        )
     if name == "safety_mode" and value not in SAFETY_MODES:
         raise ConfigError(f"safety_mode must be one of {', '.join(SAFETY_MODES)}, not {value!r}.")
     if name == "device" and not (value in ("auto", "cpu", "cuda", "mps") or value.startswith("cuda:")):
@@ -186,6 +194,7 @@ ENV_VARS = {
     "QVL_COMPILE": "compile",
     "QVL_SAFETY_MODE": "safety_mode",
     "QVL_BROWSER": "browser",
+    "QVL_SANDBOX_MEMORY_MB": "sandbox_memory_mb",
     "QVL_API_KEY": "api_key",
     "QVL_API_TOKEN": "api_token",
 }

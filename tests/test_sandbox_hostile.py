@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.playwright import sandbox, sandbox_watch
+from qvl_agent.playwright import sandbox
 from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.playwright.scripts import keep_files, verify_script
 from tests.pages.server import PageServer
@@ -83,10 +83,11 @@ def canary(tmp_path):
     return path
 
 
-def run(source: str, server: PageServer, timeout_s: float = 60):
+def run(source: str, server: PageServer, timeout_s: float = 60, **options):
     return sandbox.run_sandboxed(
-        source, url=server.url + "/login.html", browser=BROWSER, timeout_s=timeout_s, default_timeout_ms=5000
-    )
+        source, url=server.url + "/login.html", browser=BROWSER, timeout_s=timeout_s, default_timeout_ms=5000,
+        **options,
+    )  # fmt: skip
 
 
 def test_bubblewrap_is_available_here():
@@ -149,24 +150,33 @@ def test_files_written_with_hidden_or_existing_names_are_not_copied_over_the_per
     (home / "notes.txt").write_text("mine")
     (home / "old.png").write_bytes(b"old")
     files = {".bashrc": b"evil", ".config/autostart/x.desktop": b"evil", "notes.txt": b"evil", "old.png": b"new",
-             "shots/new.png": b"png", "data/report.csv": b"a,b"}  # fmt: skip
+             "shots/new.png": b"png", "data/report.csv": b"a,b", ".git/config": b"evil",
+             ".ssh/authorized_keys": b"evil", "AGENTS.md": b"evil", "CLAUDE.md": b"evil", "requirements.txt": b"evil",
+             "sub/AGENTS.md": b"evil", "/etc/abs.png": b"evil", "../up.png": b"evil", "a/../../up2.png": b"evil"}  # fmt: skip
     # Files that something runs by itself, as a page could serve them for download.save_as(...)
     runnable = ["conftest.py", "Makefile", "setup.py", "run.sh", "x.desktop", "package.json", "lib/evil.pth",
                 "tool.exe", "Dockerfile"]  # fmt: skip
-    written = keep_files({**files, **dict.fromkeys(runnable, b"evil")}, home, protect=home / "script.py")
-    assert sorted(p.relative_to(home).as_posix() for p in written) == ["data/report.csv", "old.png", "shots/new.png"]
-    assert not any((home / name).exists() for name in runnable)
-    assert not (home / ".bashrc").exists() and not (home / ".config").exists()
-    assert (home / "notes.txt").read_text() == "mine"
+    kept = keep_files({**files, **dict.fromkeys(runnable, b"evil")}, home / "script.verified")
+    assert kept.folder == home / "script.verified"
+    assert sorted(p.relative_to(kept.folder).as_posix() for p in kept.written) == [
+        "data/report.csv", "notes.txt", "old.png", "shots/new.png"
+    ]  # fmt: skip
+    assert sorted(p.name for p in home.iterdir()) == ["notes.txt", "old.png", "script.verified"]
+    assert (home / "notes.txt").read_text() == "mine" and (home / "old.png").read_bytes() == b"old"
+    assert not (tmp_path / "up.png").exists() and not (tmp_path / "up2.png").exists()
+    assert not Path("/etc/abs.png").exists()
+    # a second run never writes into the first one's folder
+    again = keep_files({"old.png": b"newer"}, home / "script.verified")
+    assert again.folder == home / "script.verified-2" and (kept.folder / "old.png").read_bytes() == b"new"
 
 
 def test_files_are_not_kept_through_a_link_to_a_folder_elsewhere(tmp_path):
     home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
     home.mkdir()
     elsewhere.mkdir()
-    (home / "www").symlink_to(elsewhere)  # e.g. a project folder linking to a served folder
-    written = keep_files({"www/index.html": b"evil", "www/shot.png": b"evil", "shot.png": b"png"}, home)
-    assert [p.name for p in written] == ["shot.png"]
+    (home / "script.verified").symlink_to(elsewhere)  # a link where the new folder would go
+    kept = keep_files({"www/index.txt": b"evil", "shot.png": b"png"}, home / "script.verified")
+    assert kept.folder == home / "script.verified-2"
     assert list(elsewhere.iterdir()) == []
 
 
@@ -365,10 +375,9 @@ def test_a_fork_bomb_is_stopped_even_when_run_as_root(server):
     assert _processes_with(token) == []
 
 
-def test_processes_that_each_stay_under_the_memory_limit_are_stopped_together(server, monkeypatch):
+def test_processes_that_each_stay_under_the_memory_limit_are_stopped_together(server):
     # Each process has its own RLIMIT_DATA; together they could take the machine's memory. The limit is
     # lowered here so that the test itself stays light: 4 processes of 256 MB against 512 MB in all.
-    monkeypatch.setattr(sandbox_watch, "MEMORY_BYTES", 512 << 20)
     token = "qvl-hostile-" + uuid.uuid4().hex
     script = HEADER + (
         "import time\n"
@@ -380,32 +389,131 @@ def test_processes_that_each_stay_under_the_memory_limit_are_stopped_together(se
         "        os._exit(0)\n"
         "time.sleep(60)\n"
     )
-    result = run(script, server)
+    result = run(script, server, memory_bytes=512 << 20)
     assert "of memory together" in result.limit and result.returncode != 0
     assert _processes_with(token) == []
 
 
-def test_filling_the_disk_is_stopped_before_the_scratch_folder_grows_past_its_limit(server):
-    # Each script stays alive after passing its limit (a poll can come late on a busy machine), and
-    # writes only a bounded amount past the limit while the watchdog is due.
-    linger = "import time\ntime.sleep(40)\nprint('all written')\n"
+def test_filling_the_disk_is_stopped_at_the_scratch_folders_size(server):
+    # The scratch folder is a sized tmpfs: the kernel refuses the bytes past its size, whatever the file
+    # count or whether the files are still named. Each script lingers after the attempt, so only the
+    # kernel's refusal (or the watchdog) can have stopped it.
+    linger = "import time\nprint('all written', flush=True)\ntime.sleep(40)\n"
     files = run(HEADER + "for n in range(40):\n    open(f'f{n}.bin', 'wb').write(b'x' * (16 << 20))\n" + linger, server)
-    entries = run(HEADER + "for n in range(12000):\n    open(f'e{n}', 'w').close()\n" + linger, server)
-    assert files.returncode != 0 and "MB of files" in files.limit and "all written" not in files.output
+    unlinked = run(HEADER + (
+        "held = []\n"
+        "for n in range(40):\n"
+        "    f = open(f'u{n}.bin', 'wb')\n"
+        "    os.unlink(f'u{n}.bin')\n"
+        "    f.write(b'x' * (16 << 20))\n"
+        "    f.flush()\n"
+        "    held.append(f)\n"
+    ) + linger, server, timeout_s=20)  # fmt: skip
+    entries = run(HEADER + "for n in range(30000):\n    open(f'e{n}', 'w').close()\n" + linger, server)
+    assert files.returncode != 0 and "No space left on device" in files.output and "all written" not in files.output
+    assert unlinked.returncode != 0 and "No space left on device" in unlinked.output
+    assert "all written" not in unlinked.output
     assert entries.returncode != 0 and "files and folders" in entries.limit and "all written" not in entries.output
     assert sum(len(data) for data in files.files.values()) <= sandbox.COPY_BYTES
 
 
-def test_folders_nested_past_any_path_length_are_stopped_and_cleaned_up(server, tmp_path, monkeypatch):
+def test_files_in_the_sandboxs_root_and_dev_cannot_be_written(server):
+    script = HEADER + (
+        "for path in ['/etc/fill', '/fill', '/sandbox/fill', '/dev/fill', '/usr/fill']:\n"
+        "    try:\n"
+        "        open(path, 'wb').write(b'x' * (1 << 20))\n"
+        "        print('wrote', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', path, exc.errno)\n"
+    )
+    result = run(script, server)
+    assert result.returncode == 0, result.output
+    assert "wrote" not in result.output and result.output.count("refused") == 5
+
+
+def test_no_nested_user_namespace_can_be_made(server):
+    script = HEADER + (
+        "import ctypes\n"
+        "r = subprocess.run(['unshare', '-U', '-p', '-f', 'true'], capture_output=True, text=True)\n"
+        "print('unshare exit', r.returncode)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('raw unshare', libc.unshare(0x10000000), ctypes.get_errno())\n"
+        "try:\n"
+        "    os.unshare(os.CLONE_NEWUSER)\n"
+        "    print('NESTED USERNS MADE')\n"
+        "except (OSError, AttributeError) as exc:\n"
+        "    print('refused', exc)\n"
+    )
+    result = run(script, server)
+    assert "unshare exit 0" not in result.output and "unshare exit" in result.output
+    assert "raw unshare -1 1" in result.output  # EPERM
+    assert "NESTED USERNS MADE" not in result.output
+
+
+def test_shared_memory_counts_against_the_memory_limit(server):
+    # memfd + a shared mapping: neither heap (RLIMIT_DATA) nor private memory. Each memfd stays under the
+    # file size limit; 16 of them together would hold 1 GB against a limit of 512 MB.
+    token = "qvl-hostile-" + uuid.uuid4().hex
+    script = HEADER + (
+        "import mmap, time\n"
+        f"sys.argv[0] = {token!r}\n"
+        "maps = []\n"
+        "for n in range(16):\n"
+        "    fd = os.memfd_create(f'm{n}')\n"
+        "    os.ftruncate(fd, 64 << 20)\n"
+        "    m = mmap.mmap(fd, 64 << 20, mmap.MAP_SHARED)\n"
+        "    for i in range(0, 64 << 20, 4096):\n"
+        "        m[i] = 1\n"
+        "    maps.append(m)\n"
+        "print('held it all', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    result = run(script, server, memory_bytes=512 << 20)
+    assert "of memory together" in result.limit and result.returncode != 0
+    assert "held it all" not in result.output
+    assert _processes_with(token) == []
+
+
+def test_memfds_held_open_but_unmapped_count_too(server):
+    script = HEADER + (
+        "import time\n"
+        "fds = []\n"
+        "for n in range(16):\n"
+        "    fd = os.memfd_create(f'm{n}')\n"
+        "    os.write(fd, b'x' * (60 << 20))\n"
+        "    fds.append(fd)\n"
+        "print('held it all', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    result = run(script, server, memory_bytes=512 << 20)
+    assert "of memory together" in result.limit and "held it all" not in result.output
+
+
+def test_threads_of_processes_in_another_pid_namespace_are_counted(server):
+    # Without a new user namespace no PID namespace can be made either; the threads of a plain child
+    # process are counted with the rest.
+    script = HEADER + (
+        "import threading, time\n"
+        "if os.fork() == 0:\n"
+        "    for n in range(1500):\n"
+        "        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "time.sleep(60)\n"
+    )
+    result = run(script, server, timeout_s=40)
+    assert "processes and threads" in result.limit
+
+
+def test_folders_nested_past_any_path_length_are_cleaned_up(server, tmp_path, monkeypatch):
     # 3000 levels: past PATH_MAX and Python's recursion limit, both of which the parent's own file handling
-    # (collecting the files, deleting the scratch folder) must survive.
+    # (collecting the files, deleting its work folder) must survive.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the sandbox's work folder goes
     nest = "for n in range({}):\n    os.mkdir('d')\n    os.chdir('d')\nopen('deep.png', 'wb').write(b'png')\n"
-    quick = run(HEADER + nest.format(3000), server)  # ends before or after the watchdog notices: both must hold
-    slow = run(HEADER + nest.format(100) + "import time\ntime.sleep(60)\n", server)
-    assert "nested folders more than" in slow.limit and slow.returncode != 0
-    assert quick.files == {} or quick.returncode == 0
-    assert list(tmp_path.iterdir()) == []  # both work folders removed, however deep
+    deep = run(HEADER + nest.format(3000), server)
+    assert deep.returncode == 0, deep.output
+    assert not any(name.endswith("deep.png") for name in deep.files)  # deeper than what is sent back
+    assert list(tmp_path.iterdir()) == []  # the work folder removed
 
 
 # --- legitimate scripts still verify ------------------------------------------------------------------

@@ -9,7 +9,8 @@ to the model with the reason. Nothing runs without --verify: with it, the script
 sandbox (`playwright.sandbox`: its own fresh headless Chromium, a scratch folder, the page's origin as its
 only network peer, a timeout), and when it fails its last error lines go back to the model, at most
 --attempts times in all. Without bubblewrap, --verify refuses unless --unsafe-verify is given. The
-accepted script goes to FILE (-o) or stdout, with the files it wrote beside it; when every attempt failed,
+accepted script goes to FILE (-o) or stdout, its first lines saying to run it with `qvl-agent replay`;
+the files it wrote go into a new folder beside it (FILE's name + `.verified`); when every attempt failed,
 the last one goes to OUT.rejected.py. Exit 0 with a script (verified when asked), 1 when no attempt
 passed, 2 on bad usage or no sandbox.
 """
@@ -26,7 +27,9 @@ from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import SandboxUnavailable, UsageError
 from qvl_agent.playwright import sandbox
-from qvl_agent.playwright.scripts import keep_files, rejected_path, save_script, write_script
+from qvl_agent.playwright.copy_back import keep_files
+from qvl_agent.playwright.header import script_origins, with_header
+from qvl_agent.playwright.scripts import rejected_path, save_script, write_script
 
 
 def register(sub) -> None:
@@ -102,6 +105,7 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
             timeout_s=args.timeout,
             options=GenerationOptions(max_new_tokens=max(settings.max_new_tokens, 2048)),
             unsafe=unsafe,
+            memory_mb=settings.sandbox_memory_mb,
         )
     for line in outcome.attempts:  # the script's own output among them: escaped, it drives no terminal
         print(f"qvl-agent: {printable(line, keep=chr(10))}", file=sys.stderr, flush=True)
@@ -109,23 +113,23 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         kept = ""
         if output is not None and outcome.script:
             rejected = rejected_path(output)
-            rejected.write_text(outcome.script, encoding="utf-8")
+            rejected.write_text(with_header(outcome.script, rejected.name, script_origins(url)), encoding="utf-8")
+            rejected.chmod(0o600)
             kept = f" The last attempt is in {rejected}."
         print(f"qvl-agent: no script passed in {args.attempts} attempts; none was written.{kept}", file=sys.stderr)
         return 1
     if output is None:
-        sys.stdout.write(outcome.script)
-        files = keep_files(outcome.files, Path.cwd())
+        sys.stdout.write(with_header(outcome.script, "SCRIPT.py", script_origins(url)))
+        files = keep_files(outcome.files, Path.cwd() / "qvl-script.verified")
     else:
-        files = save_script(outcome, output)
-        print(f"qvl-agent: wrote {output}", file=sys.stderr)
-    for path in files:
+        files = save_script(outcome, output, url)
+        print(f"qvl-agent: wrote {output}; run it with: qvl-agent replay {output}", file=sys.stderr)
+    for path in files.written:
         print(f"qvl-agent: kept {printable(str(path))} (written by the script when it was verified)", file=sys.stderr)
-    folder = output.parent if output is not None else Path.cwd()
-    for name in sorted(name for name in outcome.files if folder.joinpath(*Path(name).parts) not in files):
+    for name in files.refused:
         print(
-            f"qvl-agent: not kept {printable(name)}: only documents, data and media files are copied, never a "
-            "hidden or runnable file or one that would replace a file of yours",
+            f"qvl-agent: not kept {printable(name)}: only documents, data and media files are copied, into a new "
+            "folder, never a hidden, runnable or instruction file",
             file=sys.stderr,
         )
     if not args.verify:

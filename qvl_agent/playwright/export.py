@@ -33,6 +33,7 @@ from pathlib import Path
 from qvl_agent.playwright import secret_refs
 from qvl_agent.playwright.assertions import end_state_assertions
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
+from qvl_agent.playwright.header import render_header, script_origins
 from qvl_agent.playwright.intent import comment as intent_comment
 from qvl_agent.playwright.intent import op_action, reason_of, step_intent
 from qvl_agent.playwright.steps import Op, StepCompiler, comment_text, python_locator, q, target_key
@@ -61,7 +62,7 @@ def _origin(url: str) -> str:
 
 
 _TEMPLATE = '''#!/usr/bin/env python3
-"""Replays a browser run recorded by qvl-agent, without the model: {title}
+{header}"""Replays a browser run recorded by qvl-agent, without the model: {title}
 
 Task: {task}
 Run:  python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECONDS]
@@ -175,6 +176,7 @@ def compile_run(
     body = "\n".join(f"    {line}" for line in lines)
     doc_task = _docstring_text(task or "(not recorded)")
     source = _TEMPLATE.format(
+        header=render_header(filename, script_origins(start_url)),
         title=doc_task[:80],
         task=doc_task,
         filename=_docstring_text(filename),

@@ -32,23 +32,27 @@ and returns how it ended, its last output and the files it wrote. What the scrip
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
+import platform
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent.errors import SandboxUnavailable
+from qvl_agent.playwright.sandbox_files import FileReceiver
 from qvl_agent.playwright.sandbox_init import pipe as _pipe  # the same byte relay runs on both sides
-from qvl_agent.playwright.sandbox_watch import Watchdog, remove_tree, walk
+from qvl_agent.playwright.sandbox_seccomp import filter_program
+from qvl_agent.playwright.sandbox_watch import Watchdog, remove_tree
 
 PACKAGE = "bubblewrap"
 INIT = Path(__file__).with_name("sandbox_init.py")
@@ -58,7 +62,8 @@ SCRIPT_INSIDE = "/sandbox/script.py"  # and the script
 MEMORY_BYTES = 4 << 30  # heap per process (RLIMIT_DATA)
 PROCESSES = 1024  # processes and threads of the sandbox's user (RLIMIT_NPROC)
 FILE_BYTES = 64 << 20  # largest file the script may write, its output log included (RLIMIT_FSIZE)
-TMPFS_BYTES = 256 << 20  # /tmp and /dev/shm inside, each
+TMPFS_BYTES = 256 << 20  # /tmp and /dev/shm inside, each (tmpfs, sized)
+SCRATCH_BYTES = 256 << 20  # the scratch folder, the script's working directory (tmpfs, sized)
 OUTPUT_TAIL_BYTES = 16384  # what is read back from the output log
 COPY_BYTES = 64 << 20  # files copied back from the scratch folder, in all
 MAX_CONNECTIONS = 64  # open connections through the forwarder at once
@@ -91,99 +96,168 @@ class SandboxResult:
     limit: str = ""  # why the watchdog ended it early ("it ran more than ..."), else empty
 
 
+@dataclass(frozen=True)
+class Bind:
+    """One more host path shown inside (for features built on the sandbox, e.g. a socket of their own)."""
+
+    source: str
+    dest: str
+    writable: bool = False
+
+
 def bubblewrap_problem() -> str | None:
     """Why verification cannot be sandboxed here (one sentence naming the package), or None when it can."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return f"bubblewrap is not installed: install the package `{PACKAGE}` (e.g. apt install {PACKAGE})."
-    probe = subprocess.run(
-        [bwrap, *_system_binds(), "--unshare-all", "--unshare-user", "--die-with-parent", "--", "true"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    if filter_program() is None:
+        return f"the sandbox has no seccomp filter for this machine ({platform.machine()})."
+    seccomp = _seccomp_fd()
+    try:
+        probe = subprocess.run(
+            [bwrap, *_system_binds(), *_NAMESPACES, "--seccomp", str(seccomp), "--die-with-parent", "--", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            pass_fds=(seccomp,),
+        )
+    finally:
+        os.close(seccomp)
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or ["no reason given"])[-1]
         return f"bubblewrap (package `{PACKAGE}`) cannot start a sandbox here: {why}."
     return None
 
 
-def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, default_timeout_ms: float) -> SandboxResult:
-    """Run `source` in the sandbox with `url`'s origin as its only network peer; see the module docstring.
+# Every namespace new. Inside, the seccomp filter (`sandbox_seccomp`) lets no process make a user namespace
+# again, so none can make a PID, mount or network namespace either (each needs capabilities only a new user
+# namespace gives).
+_NAMESPACES = ("--unshare-all", "--unshare-user")
 
-    Raises SandboxUnavailable when bubblewrap is missing or cannot start."""
+
+def _seccomp_fd() -> int:
+    """A pipe's read end holding the seccomp program, for `--seccomp FD` (the caller closes it)."""
+    program = filter_program()
+    if program is None:
+        raise SandboxUnavailable(f"The sandbox has no seccomp filter for this machine ({platform.machine()}).")
+    read, write = os.pipe()
+    os.write(write, program)  # a few hundred bytes: within any pipe's buffer
+    os.close(write)
+    return read
+
+
+def run_sandboxed(
+    source: str,
+    *,
+    url: str = "",
+    origins: Sequence[str] | None = None,
+    browser: str,
+    timeout_s: float,
+    default_timeout_ms: float | None = None,
+    argv: Sequence[str] = (),
+    memory_bytes: int = MEMORY_BYTES,
+    binds: Sequence[Bind] = (),
+    init_hooks: Sequence[Path] = (),
+) -> SandboxResult:
+    """Run `source` in the sandbox; see the module docstring.
+
+    Network: the origins `origins` (http(s)://host[:port]) and nothing else; without `origins`, `url`'s
+    origin (a file:// `url` is bound read-only, alone, and no network is given). `argv` follows the
+    script's name in its sys.argv. `default_timeout_ms` lowers Playwright's default waits (None: leave
+    them). `memory_bytes` is the memory of the whole run, shared memory and its tmpfs folders included.
+    `binds` and `init_hooks` (Python files run inside before the script, as `sandbox_init` runs its own
+    set-up) are for features built on top.
+
+    Raises SandboxUnavailable when bubblewrap is missing or cannot start, or an origin cannot be reached
+    from inside (a non-loopback IP address)."""
     problem = bubblewrap_problem()
     if problem:
         raise SandboxUnavailable(problem)
-    target = urlsplit(url)
-    work_dir = Path(tempfile.mkdtemp(prefix="qvl-sandbox-"))
-    try:
-        scratch = work_dir / "scratch"
-        scratch.mkdir()
-        (work_dir / "script.py").write_text(source, encoding="utf-8")
-        forwarder = None
-        binds: list[str] = []
+    page_file = ""
+    if origins is None:
+        origins = []
+        target = urlsplit(url)
         if target.scheme in ("http", "https"):
-            forwarder = _Forwarder(work_dir / "net.sock", target)
-            listen, hosts = _inside_addresses(target.hostname or "")
+            origins = [url]
+        elif target.scheme == "file" and Path(target.path).is_file():
+            page_file = target.path
+    targets = [urlsplit(o) for o in dict.fromkeys(origins)]
+    work_dir = Path(tempfile.mkdtemp(prefix="qvl-sandbox-"))
+    forwarders: list[_Forwarder] = []
+    try:
+        (work_dir / "script.py").write_text(source, encoding="utf-8")
+        extra: list[str] = []
+        relays = []
+        if targets:
+            listens, hosts = _inside_addresses(targets)
             (work_dir / "hosts").write_text(hosts, encoding="utf-8")
-            binds += ["--ro-bind", str(work_dir / "hosts"), "/etc/hosts"]
-            binds += ["--ro-bind", str(forwarder.path), "/sandbox/net.sock"]
-            port = target.port or (443 if target.scheme == "https" else 80)
-        else:
-            listen, port = "", 0
-            if target.scheme == "file" and Path(target.path).is_file():
-                binds += ["--ro-bind", target.path, target.path]
+            extra += ["--ro-bind", str(work_dir / "hosts"), "/etc/hosts"]
+            for n, (target, listen) in enumerate(zip(targets, listens, strict=True)):
+                forwarders.append(_Forwarder(work_dir / f"net{n}.sock", target))
+                extra += ["--ro-bind", str(forwarders[-1].path), f"/sandbox/net{n}.sock"]
+                relays.append([listen, _port(target), f"/sandbox/net{n}.sock"])
+        if page_file:
+            extra += ["--ro-bind", page_file, page_file]
+        for bind in binds:
+            extra += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
+        hooks = []
+        for n, hook in enumerate(init_hooks):
+            hooks.append(f"/sandbox/hook{n}.py")
+            extra += ["--ro-bind", str(hook), hooks[-1]]
+        low_ports = any(port < 1024 for _, port, _ in relays)
+        files_read, files_write = os.pipe()  # the init sends the scratch folder's files back through it
+        spec = {
+            "relays": relays,
+            "timeout_ms": default_timeout_ms,
+            "limits": [min(memory_bytes, MEMORY_BYTES), PROCESSES, FILE_BYTES],
+            "hooks": hooks,
+            "script": SCRIPT_INSIDE,
+            "argv": list(argv),
+            "files_fd": files_write,
+            "copy_bytes": COPY_BYTES,
+        }
         command = [
             shutil.which("bwrap") or "bwrap",
             *_system_binds(),
-            "--unshare-all",
-            "--unshare-user",
+            *_NAMESPACES,
             "--uid",
             "0",
             "--gid",
             "0",
             "--cap-drop",
             "ALL",
-            *(["--cap-add", "CAP_NET_BIND_SERVICE"] if port and port < 1024 else []),
+            *(["--cap-add", "CAP_NET_BIND_SERVICE"] if low_ports else []),
             "--die-with-parent",
             "--new-session",
             "--proc",
             "/proc",
             "--dev",
             "/dev",
-            "--size",
-            str(TMPFS_BYTES),
-            "--tmpfs",
-            "/tmp",
-            "--size",
-            str(TMPFS_BYTES),
-            "--tmpfs",
-            "/dev/shm",
+            *_sized_tmpfs("/tmp", TMPFS_BYTES),
+            *_sized_tmpfs("/dev/shm", TMPFS_BYTES),
+            *_sized_tmpfs("/scratch", SCRATCH_BYTES),
             # After the tmpfs mounts, which would otherwise hide a Python, browser or page under /tmp.
             *_python_and_browser_binds(browser),
-            *binds,
-            "--bind",
-            str(scratch),
-            "/scratch",
+            *extra,
             "--ro-bind",
             str(work_dir / "script.py"),
             SCRIPT_INSIDE,
             "--ro-bind",
             str(INIT),
             INIT_INSIDE,
+            # Set-up done: the root (bubblewrap's own tmpfs, which no --size reaches) and /dev become
+            # read-only; only the sized tmpfs folders above stay writable.
+            "--remount-ro",
+            "/dev",
+            "--remount-ro",
+            "/",
             "--chdir",
             "/scratch",
             "--",
             sys.executable,
             "-I",
             INIT_INSIDE,
-            listen,
-            str(port),
-            "/sandbox/net.sock",
-            f"{default_timeout_ms:g}",
-            f"{MEMORY_BYTES},{PROCESSES},{FILE_BYTES}",
-            SCRIPT_INSIDE,
+            json.dumps(spec),
         ]
         env = {
             "PATH": "/usr/bin:/bin",
@@ -195,17 +269,23 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
         }
         log_path = work_dir / "output.log"
         info_read, info_write = os.pipe()  # bubblewrap writes {"child-pid": N} here: the namespace's first process
-        command[1:1] = ["--info-fd", str(info_write)]
+        seccomp = _seccomp_fd()
+        command[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp)]
+        receiver = FileReceiver(files_read, COPY_BYTES)
         started = time.monotonic()
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                pass_fds=(info_write,),
-            )  # fmt: skip
-        os.close(info_write)
-        watchdog = Watchdog(proc, info_read, scratch)
+        try:
+            with open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                    pass_fds=(info_write, files_write, seccomp),
+                )  # fmt: skip
+        finally:
+            for fd in (info_write, files_write, seccomp):
+                os.close(fd)
+        receiver.start()
+        watchdog = Watchdog(proc, info_read, memory_bytes=memory_bytes)
         watchdog.start()
-        if forwarder is not None:
+        for forwarder in forwarders:
             forwarder.start()
         try:
             returncode: int | None = proc.wait(timeout=timeout_s)
@@ -217,14 +297,25 @@ def run_sandboxed(source: str, *, url: str, browser: str, timeout_s: float, defa
             returncode = None
         finally:
             watchdog.stop()
-            if forwarder is not None:
+            for forwarder in forwarders:
                 forwarder.stop()
         if returncode is None or watchdog.reason:
             _wait_for_namespace_end(watchdog.child_pid)
+        files = receiver.result(wait_s=10)
         seconds = time.monotonic() - started
-        return SandboxResult(returncode, read_tail(log_path), collect_files(scratch), seconds, watchdog.reason)
+        return SandboxResult(returncode, read_tail(log_path), files, seconds, watchdog.reason)
     finally:
-        remove_tree(work_dir)  # not TemporaryDirectory: shutil.rmtree recurses, and the script chose the depth
+        for forwarder in forwarders:
+            forwarder.stop()
+        remove_tree(work_dir)
+
+
+def _sized_tmpfs(path: str, size: int) -> list[str]:
+    return ["--size", str(size), "--tmpfs", path]
+
+
+def _port(target) -> int:
+    return target.port or (443 if target.scheme == "https" else 80)
 
 
 def _wait_for_namespace_end(pid: int | None, limit_s: float = 10.0) -> None:
@@ -272,17 +363,31 @@ def _python_and_browser_binds(browser: str) -> list[str]:
     return binds
 
 
-def _inside_addresses(host: str) -> tuple[str, str]:
-    """Where the relay listens inside, and the sandbox's /etc/hosts, for the target's `host`."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return "127.0.0.1", f"127.0.0.1 localhost {host}\n"
-    if not address.is_loopback:
-        raise SandboxUnavailable(
-            f"Verification can reach a page by host name or a loopback address, not by the address {host}."
-        )
-    return str(address), "127.0.0.1 localhost\n"
+def _inside_addresses(targets: list) -> tuple[list[str], str]:
+    """Where each target's relay listens inside, and the sandbox's /etc/hosts. A loopback address listens
+    as itself; each host name gets a loopback address of its own (127.0.1.N: the sandbox's loopback
+    interface holds all of 127.0.0.0/8), so two names on the same port do not collide."""
+    listens: list[str] = []
+    names: dict[str, str] = {}
+    for target in targets:
+        host = target.hostname or ""
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            if host == "localhost":
+                names.setdefault(host, "127.0.0.1")
+            names.setdefault(host, f"127.0.1.{len(names) + 1}")
+            listens.append(names[host])
+            continue
+        if not address.is_loopback:
+            raise SandboxUnavailable(
+                f"A sandboxed script can reach a page by host name or a loopback address, not by the address {host}."
+            )
+        listens.append(str(address))
+    if len(names) > 250:
+        raise SandboxUnavailable("A sandboxed script can reach at most 250 host names.")
+    lines = ["127.0.0.1 localhost"] + [f"{address} {name}" for name, address in names.items() if name != "localhost"]
+    return listens, "\n".join(lines) + "\n"
 
 
 def read_tail(path: Path) -> str:
@@ -292,34 +397,11 @@ def read_tail(path: Path) -> str:
         return f.read().decode("utf-8", "replace")
 
 
-def collect_files(scratch: Path) -> dict[str, bytes]:
-    """The regular files the script left in the scratch folder, up to COPY_BYTES in all. Symbolic links are
-    never followed: one pointing outside would otherwise be read here, outside the sandbox."""
-    files: dict[str, bytes] = {}
-    budget = COPY_BYTES
-    for path, info in walk(scratch):
-        if not stat.S_ISREG(info.st_mode):
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            continue
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                continue
-            data = f.read(budget + 1)
-        if len(data) > budget:
-            return files
-        budget -= len(data)
-        files[str(path.relative_to(scratch))] = data
-    return files
-
-
 class _Forwarder:
     """The sandbox's one way out: a unix socket whose every connection is relayed to the target's origin."""
 
     def __init__(self, path: Path, target) -> None:
-        port = target.port or (443 if target.scheme == "https" else 80)
+        port = _port(target)
         # Resolved once, now: the sandbox cannot steer a later lookup elsewhere. A name that does not resolve
         # leaves no address: the script's connections then fail, and its own error says so.
         try:

@@ -1,14 +1,21 @@
-"""The first program inside the verification sandbox (run by `sandbox.py`, never imported by qvl-agent).
+"""The first program inside the sandbox (run by `sandbox.py`, never imported by qvl-agent).
 
-    python -I sandbox_init.py LISTEN_HOST PORT SOCKET TIMEOUT_MS DATA,NPROC,FSIZE SCRIPT
+    python -I sandbox_init.py SPEC
+
+SPEC is JSON: {"relays": [[LISTEN_HOST, PORT, SOCKET], ...], "timeout_ms": N or null, "limits": [DATA,
+NPROC, FSIZE] or null, "hooks": [PATH, ...], "script": PATH, "argv": [...], "files_fd": FD or null,
+"copy_bytes": N}.
 
 It runs with only the standard library and Playwright, in a network namespace whose one interface is its
-own loopback. It listens on LISTEN_HOST:PORT there (the address the script's URL names, as this sandbox's
-/etc/hosts resolves it) and hands every connection to the unix socket SOCKET, behind which the host-side
-forwarder reaches the target's origin and nothing else. Then it lowers Playwright's default timeouts to
-TIMEOUT_MS, so a wrong locator fails with Playwright's own message before the verification's timeout
-ends the run, sets the resource limits (set here, after bubblewrap made the user namespace, the process
-limit counts only the sandbox's own processes) and runs SCRIPT as `__main__`.
+own loopback. For each relay it listens on LISTEN_HOST:PORT there (the address an origin of the script
+names, as this sandbox's /etc/hosts resolves it) and hands every connection to the unix socket SOCKET,
+behind which the host-side forwarder reaches that origin and nothing else. With a TIMEOUT_MS it lowers
+Playwright's default timeouts, so a wrong locator fails with Playwright's own message before the
+verification's timeout ends the run. It runs each hook file (features built on the sandbox put their own
+set-up there), sets the resource limits (set here, after bubblewrap made the user namespace, the process
+limit counts only the sandbox's own processes) and runs the script as `__main__` with `argv` after its
+name. When the script ends, the regular files under its working directory go back through FILES_FD
+(`sandbox_files.py` reads them).
 
 Nothing here is a wall: the script could stop the relay or undo the timeouts, and gain nothing by it.
 The walls are the namespaces and the forwarder outside.
@@ -16,9 +23,12 @@ The walls are the namespaces and the forwarder outside.
 
 from __future__ import annotations
 
+import json
+import os
 import resource
 import runpy
 import socket
+import stat
 import sys
 import threading
 
@@ -88,15 +98,63 @@ def _limit(data: int, processes: int, file_size: int) -> None:
         resource.setrlimit(which, (value, value))  # soft = hard: nothing inside can raise them again
 
 
+def send_files(folder: str, fd: int, budget: int, depth: int = 32) -> None:
+    """Send the regular files under `folder` (links never followed, at most `depth` folders deep) through
+    `fd` as the records `sandbox_files.parse_files` reads, until `budget` bytes of data are sent."""
+    stack = [("", 0)]
+    with os.fdopen(fd, "wb") as out:
+        while stack:
+            relative, level = stack.pop()
+            try:
+                entries = sorted(os.scandir(os.path.join(folder, relative)), key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                name = os.path.join(relative, entry.name)
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode):
+                        if level < depth:
+                            stack.append((name, level + 1))
+                        continue
+                    if not stat.S_ISREG(info.st_mode) or info.st_size > budget:
+                        continue
+                    src = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    with os.fdopen(src, "rb") as f:
+                        data = f.read(budget + 1)
+                except OSError:
+                    continue
+                if len(data) > budget:
+                    continue
+                budget -= len(data)
+                encoded = os.fsencode(name)
+                out.write(b"F" + len(encoded).to_bytes(4, "big") + encoded + len(data).to_bytes(8, "big") + data)
+
+
 def main() -> None:
-    host, port, path, timeout_ms, limits, script = sys.argv[1:7]
-    if host:
+    spec = json.loads(sys.argv[1])
+    files_fd = spec.get("files_fd")
+    if files_fd is not None:
+        os.set_inheritable(files_fd, False)  # the script's own child processes do not get it
+    for host, port, path in spec["relays"]:
         _relay(host, int(port), path)
-    _lower_timeouts(float(timeout_ms))
-    if limits != "-":
-        _limit(*(int(n) for n in limits.split(",")))
-    sys.argv = [script]
-    runpy.run_path(script, run_name="__main__")
+    if spec.get("timeout_ms") is not None:
+        _lower_timeouts(float(spec["timeout_ms"]))
+    for hook in spec.get("hooks", []):
+        runpy.run_path(hook, run_name="qvl_sandbox_hook")
+    if spec.get("limits"):
+        _limit(*(int(n) for n in spec["limits"]))
+    script, scratch = spec["script"], os.getcwd()  # the script may change directory; its files stay here
+    sys.argv = [script, *spec.get("argv", [])]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        sys.stdout.flush()
+        if files_fd is not None:
+            try:
+                send_files(scratch, files_fd, int(spec.get("copy_bytes", 0)))
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

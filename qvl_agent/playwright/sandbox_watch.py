@@ -1,26 +1,29 @@
-"""Limits of a running verification sandbox that no resource limit of the kernel enforces, checked from outside.
+"""Limits of a running sandbox that no resource limit of the kernel enforces, checked from outside.
 
-`Watchdog` polls the sandbox while it runs and ends it (with the reason) when it holds more than
-`TASKS` processes and threads or `MEMORY_BYTES` of memory in all, or its scratch folder more than
-`SCRATCH_BYTES` or `SCRATCH_ENTRIES`:
+`Watchdog` polls the sandbox while it runs and ends it (with the reason) when all its processes together
+hold more than `TASKS` processes and threads, or more than `memory_bytes` of memory, or its tmpfs folders
+more than `ENTRIES` files and folders:
 
 - **Processes:** RLIMIT_NPROC, set inside, does not hold when qvl-agent runs as root: the kernel exempts
   the global root user, and the sandbox's root is the host's root then. A fork bomb would fill the
-  machine's memory and process table before the timeout. Here every task of the sandbox's PID namespace
-  is counted, whoever runs it.
-- **Memory:** RLIMIT_DATA caps each process, so a few processes together could still take the machine's
-  memory (and the out-of-memory killer might pick the model's process instead). The resident memory of
-  all the namespace's processes is summed.
-- **Disk:** RLIMIT_FSIZE caps one file, not how many: the scratch folder lies on the host's disk, so a
-  script writing file after file would fill it. Its allocated size and its number of entries are counted.
+  machine's memory and process table before the timeout. Here every task descended from bubblewrap is
+  counted, whoever runs it and whatever namespace it is in.
+- **Memory:** RLIMIT_DATA caps each process's heap, not shared memory, and a few processes together could
+  still take the machine's memory (and the out-of-memory killer might pick the model's process instead).
+  Summed here: each descendant's proportional set size (PSS: its private pages and its share of shared
+  and file-backed pages, a shared `mmap` of a memfd included), every memfd held open but not mapped (by
+  its allocated size, each once), and what the sandbox's tmpfs folders (/tmp, /dev/shm, the scratch
+  folder) hold. Where a cgroup v2 with the memory controller is delegated, `memory.max` would do this
+  in the kernel; this check works without one.
+- **Disk:** the scratch folder, /tmp and /dev/shm are sized tmpfs mounts: the kernel refuses bytes past
+  their size, files unlinked while still open included. Their number of files is counted here (a tmpfs
+  without a size for inodes would let a script fill kernel memory with empty files).
 
-A poll every `POLL_S` lets a fast fork or write loop pass the limit by what it does in that time, a bounded
-amount; the kernel then ends every process of the namespace at once.
+A poll every `POLL_S` lets a fast fork or allocation loop pass the limit by what it does in that time, a
+bounded amount; the kernel then ends every process of the namespace at once.
 
-A script may also nest folders thousands deep, past what a path can name: `os.walk` and `shutil.rmtree`
-recurse and would raise RecursionError here, outside the sandbox. So `walk(folder)` lists a tree without
-recursion or following links, the watchdog ends a run that nests deeper than `SCRATCH_DEPTH`, and
-`remove_tree(folder)` deletes a tree of any depth.
+`walk(folder)` lists a tree without recursion or following links and `remove_tree(folder)` deletes a tree
+of any depth: a script's folders may nest past what a path can name.
 """
 
 from __future__ import annotations
@@ -37,10 +40,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 TASKS = 1024  # processes and threads in the sandbox at once (the same figure as its RLIMIT_NPROC)
-MEMORY_BYTES = 4 << 30  # resident memory of all its processes together (Chromium and a page take ~0.5 GB)
-SCRATCH_BYTES = 256 << 20  # disk the scratch folder may take
-SCRATCH_ENTRIES = 10_000  # files and folders in it
-SCRATCH_DEPTH = 32  # folders inside folders
+MEMORY_BYTES = 4 << 30  # memory of all its processes together (Chromium and a page take ~0.5 GB)
+ENTRIES = 20_000  # files and folders in its tmpfs folders together
+TMPFS = ("/tmp", "/dev/shm", "/scratch")  # inside the sandbox
 POLL_S = 0.2
 
 
@@ -60,12 +62,12 @@ def walk(folder: Path) -> Iterator[tuple[Path, os.stat_result]]:
 
 
 class Watchdog:
-    """Watches one sandbox run (bubblewrap's `proc`, its `--info-fd` read end, the scratch folder)."""
+    """Watches one sandbox run (bubblewrap's `proc` and its `--info-fd` read end)."""
 
-    def __init__(self, proc: subprocess.Popen, info_fd: int, scratch: Path) -> None:
+    def __init__(self, proc: subprocess.Popen, info_fd: int, memory_bytes: int | None = None) -> None:
         self.proc = proc
         self.info_fd = info_fd  # owned here: read once for the namespace's first process, then closed
-        self.scratch = scratch
+        self.memory_bytes = memory_bytes or MEMORY_BYTES
         self.child_pid: int | None = None  # the namespace's first process, as the host sees it
         self.reason = ""  # why the sandbox was ended early, for the model ("it ran more than ...")
         self._done = threading.Event()
@@ -89,63 +91,96 @@ class Watchdog:
             return
         finally:
             os.close(self.info_fd)
-        try:
-            pid_ns = _namespace(self.child_pid)
-        except (OSError, TypeError):
-            return  # already gone
         while not self._done.wait(POLL_S):
-            reason = self._over_limit(pid_ns)
+            reason = self._over_limit()
             if reason and self.proc.poll() is None:
                 self.reason = reason
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the namespace dies with bubblewrap
                 return
 
-    def _over_limit(self, pid_ns: tuple[int, int]) -> str:
-        tasks, resident = _usage(pid_ns)
+    def _over_limit(self) -> str:
+        pids = descendants(self.proc.pid)
+        tasks = sum(_threads(pid) for pid in pids)
         if tasks > TASKS:
             return f"it ran more than {TASKS} processes and threads at once"
-        if resident > MEMORY_BYTES:
-            return f"its processes used more than {MEMORY_BYTES >> 20} MB of memory together"
-        size = entries = 0
-        for path, info in walk(self.scratch):
-            entries += 1
-            if len(path.relative_to(self.scratch).parts) > SCRATCH_DEPTH:
-                return f"it nested folders more than {SCRATCH_DEPTH} deep"
-            size += info.st_blocks * 512
-            if entries > SCRATCH_ENTRIES:
-                return f"it made more than {SCRATCH_ENTRIES} files and folders"
-            if size > SCRATCH_BYTES:
-                return f"it wrote more than {SCRATCH_BYTES >> 20} MB of files"
+        used, entries = self._tmpfs_usage()
+        if entries > ENTRIES:
+            return f"it made more than {ENTRIES} files and folders"
+        memory = used + memory_of(pids)
+        if memory > self.memory_bytes:
+            return f"its processes used more than {self.memory_bytes >> 20} MB of memory together"
         return ""
 
+    def _tmpfs_usage(self) -> tuple[int, int]:
+        """(bytes, files and folders) in the sandbox's tmpfs folders, seen through its first process's root."""
+        used = entries = 0
+        for folder in TMPFS:
+            try:
+                fs = os.statvfs(f"/proc/{self.child_pid}/root{folder}")
+            except OSError:
+                continue
+            used += (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+            entries += fs.f_files - fs.f_ffree
+        return used, entries
 
-def _namespace(pid: int) -> tuple[int, int]:
-    info = os.stat(f"/proc/{pid}/ns/pid")
-    return info.st_dev, info.st_ino
 
-
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-def _usage(pid_ns: tuple[int, int]) -> tuple[int, int]:
-    """(processes and threads, resident bytes of their own) of the host's processes in PID namespace `pid_ns`."""
-    tasks = resident = 0
+def descendants(root: int) -> list[int]:
+    """`root` and every process descended from it (nested PID namespaces included: the host sees them all)."""
+    children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            if _namespace(int(name)) != pid_ns:
-                continue
             with open(f"/proc/{name}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
-            with open(f"/proc/{name}/statm", "rb") as f:
-                pages = f.read().split()
-            tasks += int(fields[17])  # num_threads, the 20th field
-            # Resident minus shared: the process's own memory, not the libraries every process maps.
-            resident += (int(pages[1]) - int(pages[2])) * PAGE_BYTES
+            children.setdefault(int(fields[1]), []).append(int(name))
         except (OSError, ValueError, IndexError):
             continue  # ended meanwhile
-    return tasks, resident
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def _threads(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[17])  # num_threads, the 20th field
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def memory_of(pids: list[int]) -> int:
+    """Bytes held by `pids` together: each one's PSS, plus every memfd or deleted shared-memory file they
+    hold open (counted once, whether or not it is also mapped: counting too much only stops a run early)."""
+    total = 0
+    held: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if not (target.startswith("/memfd:") or target.startswith("/dev/shm/")):
+                    continue
+                info = os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if not target.startswith("/dev/shm/"):  # /dev/shm is the sized tmpfs, counted by its usage
+                held[info.st_dev, info.st_ino] = info.st_blocks * 512
+    return total + sum(held.values())
 
 
 def remove_tree(folder: Path) -> None:

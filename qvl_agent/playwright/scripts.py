@@ -1,7 +1,8 @@
 """Model-written Playwright scripts: pull the script out of a reply, check it against the policy, verify
 it by running it in the bubblewrap sandbox (`sandbox.py`), and feed every failure back to the model (the
-script's own last error lines), a bounded number of times. Files a verified script wrote are kept beside
-it (`save_script`); the last rejected attempt goes to OUT.rejected.py (`rejected_path`).
+script's own last error lines), a bounded number of times. Files a verified script wrote are kept in a
+new folder beside it (`save_script`, `copy_back.keep_files`); the last rejected attempt goes to
+OUT.rejected.py (`rejected_path`).
 
 Nothing here parses flags or prints: `commands/playwright.py` and the tray's script button call
 `write_script` and show its `Outcome`.
@@ -9,8 +10,10 @@ Nothing here parses flags or prints: `commands/playwright.py` and the tray's scr
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -22,8 +25,11 @@ from qvl_agent.engine import Engine, GenerationOptions
 from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.image import Screenshot
 from qvl_agent.parse import code_blocks
-from qvl_agent.playwright import sandbox
+from qvl_agent.playwright import sandbox, sandbox_watch
+from qvl_agent.playwright.copy_back import Kept, keep_files
+from qvl_agent.playwright.header import script_origins, with_header
 from qvl_agent.playwright.policy import ScriptRejected, check_script
+from qvl_agent.playwright.sandbox_watch import walk
 
 MAX_ERROR_CHARS = 1500  # what goes back to the model from a failed run
 
@@ -50,14 +56,22 @@ def playwright_timeout_ms(timeout_s: float) -> float:
     return max(500.0, min(30_000.0, timeout_s * 1000 / 3))
 
 
-def verify_script(source: str, url: str, browser: str, timeout_s: float, *, unsafe: bool = False) -> Verification:
-    """Run a policy-checked script with its own fresh headless Chromium, within `timeout_s`.
+def verify_script(
+    source: str, url: str, browser: str, timeout_s: float, *, unsafe: bool = False, memory_mb: int | None = None
+) -> Verification:
+    """Run a script with its own fresh headless Chromium, within `timeout_s`.
 
-    Normally inside the bubblewrap sandbox (`sandbox.run_sandboxed`; raises SandboxUnavailable where it
-    cannot start); with `unsafe`, as a plain subprocess with the person's rights."""
-    run = _run_unsandboxed if unsafe else sandbox.run_sandboxed
+    Inside the bubblewrap sandbox (`sandbox.run_sandboxed`; raises SandboxUnavailable where it cannot
+    start), its memory capped at `memory_mb` in all; only with `unsafe`, which the person asked for by
+    name (--unsafe-verify), as a plain subprocess with their rights."""
     wait_ms = playwright_timeout_ms(timeout_s)
-    result = run(source, url=url, browser=browser, timeout_s=timeout_s, default_timeout_ms=wait_ms)
+    if unsafe:
+        result = _run_unsandboxed(source, url=url, browser=browser, timeout_s=timeout_s, default_timeout_ms=wait_ms)
+    else:
+        memory = (memory_mb << 20) if memory_mb else sandbox_watch.MEMORY_BYTES
+        result = sandbox.run_sandboxed(
+            source, url=url, browser=browser, timeout_s=timeout_s, default_timeout_ms=wait_ms, memory_bytes=memory
+        )
     if result.returncode == 0:
         return Verification(True, files=result.files)
     tail = last_error_lines(result.output)
@@ -100,7 +114,8 @@ def _run_unsandboxed(
             "QVL_BROWSER": browser,
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        command = [sys.executable, "-I", str(sandbox.INIT), "", "0", "", f"{default_timeout_ms:g}", "-", str(script)]
+        spec = {"relays": [], "timeout_ms": default_timeout_ms, "script": str(script), "files_fd": None}
+        command = [sys.executable, "-I", str(sandbox.INIT), json.dumps(spec)]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -115,7 +130,22 @@ def _run_unsandboxed(
         output = sandbox.read_tail(log_path)
         log_path.unlink()
         script.unlink()
-        return sandbox.SandboxResult(returncode, output, sandbox.collect_files(Path(scratch)))
+        return sandbox.SandboxResult(returncode, output, _files_in(Path(scratch)))
+
+
+def _files_in(folder: Path, budget: int = sandbox.COPY_BYTES) -> dict[str, bytes]:
+    """The regular files under `folder` (links never followed), up to `budget` bytes in all."""
+    files: dict[str, bytes] = {}
+    for path, info in walk(folder):
+        if stat.S_ISREG(info.st_mode) and 0 <= info.st_size <= budget:
+            try:
+                data = path.read_bytes()[: budget + 1]
+            except OSError:
+                continue
+            if len(data) <= budget:
+                budget -= len(data)
+                files[str(path.relative_to(folder))] = data
+    return files
 
 
 @dataclass
@@ -140,6 +170,7 @@ def write_script(
     timeout_s: float,
     options: GenerationOptions | None = None,
     unsafe: bool = False,
+    memory_mb: int | None = None,
 ) -> Outcome:
     """Ask for a script, check it, verify it when asked; feed each failure back, `attempts` times at most.
 
@@ -169,7 +200,7 @@ def write_script(
                     outcome.attempts.append(f"attempt {n}: passed the policy (not run: no --verify)")
                     outcome.script, outcome.ok = source, True
                     return outcome
-                result = verify_script(source, url, browser, timeout_s, unsafe=unsafe)
+                result = verify_script(source, url, browser, timeout_s, unsafe=unsafe, memory_mb=memory_mb)
                 if result.ok:
                     outcome.attempts.append(f"attempt {n}: passed the policy and verification")
                     outcome.script, outcome.ok, outcome.files = source, True, result.files
@@ -199,50 +230,12 @@ def _summary(error: str, lines: int = 6) -> str:
     return "\n".join([head, *("    " + line.strip() for line in shown)])
 
 
-# Files a script commonly makes (screenshots, PDFs, videos), which may replace an older file of the same name.
-REPLACEABLE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".pdf", ".webm", ".har"})
-# What is kept at all: documents, data and media. A page can serve a download under any name, and a file
-# that something runs by itself (conftest.py, a Makefile, a .desktop launcher, package.json's scripts) must
-# not reach the person's folder from a test run.
-KEPT_SUFFIXES = REPLACEABLE_SUFFIXES | frozenset(
-    {".gif", ".webp", ".bmp", ".txt", ".csv", ".tsv", ".json", ".xml", ".md", ".log", ".zip", ".gz", ".tgz",
-     ".xlsx", ".xls", ".docx", ".doc", ".pptx", ".odt", ".ods", ".odp", ".rtf", ".mp4", ".mp3", ".wav", ".ogg",
-     ".ics", ".vcf", ".parquet"}
-)  # fmt: skip
-NEVER_KEPT_NAMES = frozenset({"package.json", "composer.json", "deno.json"})  # their scripts run on install
-
-
-def save_script(outcome: Outcome, path: Path) -> list[Path]:
-    """Write the accepted script to `path` and keep the files its verification wrote beside it."""
-    path.write_text(outcome.script, encoding="utf-8")
-    return keep_files(outcome.files, path.parent, protect=path)
-
-
-def keep_files(files: dict[str, bytes], folder: Path, protect: Path | None = None) -> list[Path]:
-    """Write the files a verified script made (screenshots, PDFs, downloads) into `folder` at their relative
-    paths; returns their paths. A model-written script chose these names, so only documents, data and media
-    are kept (`KEPT_SUFFIXES`), no hidden name (`.bashrc`, `.config/...`), nothing outside `folder` (a link
-    to a folder elsewhere is not followed), and no existing file is replaced unless it is a screenshot, PDF
-    or video."""
-    written = []
-    inside = folder.resolve()
-    for name, data in files.items():
-        parts = Path(name).parts
-        if any(part.startswith(".") for part in parts):
-            continue
-        if Path(name).suffix.lower() not in KEPT_SUFFIXES or Path(name).name.lower() in NEVER_KEPT_NAMES:
-            continue
-        target = folder.joinpath(*parts)
-        if (protect is not None and target.resolve() == protect.resolve()) or target.is_symlink():
-            continue
-        if not target.resolve().is_relative_to(inside):
-            continue
-        if target.exists() and (target.suffix.lower() not in REPLACEABLE_SUFFIXES or not target.is_file()):
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        written.append(target)
-    return written
+def save_script(outcome: Outcome, path: Path, url: str) -> Kept:
+    """Write the accepted script to `path`, with the header that says how to run it and which origin it was
+    made for, and keep the files its verification wrote in a new folder beside it (`PATH.verified/`)."""
+    path.write_text(with_header(outcome.script, path.name, script_origins(url)), encoding="utf-8")
+    path.chmod(0o600)
+    return keep_files(outcome.files, path.with_name(path.stem + ".verified"))
 
 
 def rejected_path(output: Path) -> Path:

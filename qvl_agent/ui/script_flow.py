@@ -4,8 +4,9 @@
 2. The person confirms or corrects the address (a misread URL must not go unnoticed).
 3. What `qvl-agent playwright --url URL --verify TASK` does: a headless Chromium looks at the page once
    (screenshot and accessibility snapshot), the model writes a script, the script policy checks it, it runs
-   in a sandboxed subprocess with its own fresh browser, failures go back to the model a few times. The
-   accepted script is saved and opened.
+   in the sandbox with its own fresh browser, failures go back to the model a few times. The accepted
+   script is saved (its first lines say to run it with `qvl-agent replay`, which runs it in the same
+   sandbox) and opened in an editor, never run with the person's rights.
 
 Nothing on the desktop is touched. The Playwright sync API is bound to one thread, so the browser is
 started, used and closed inside one engine-thread job.
@@ -122,7 +123,7 @@ class ScriptFlow(QObject):
             return
         self.written.emit(str(path))
         self.open_file(Path(path))
-        self._end(window, f"Wrote the Playwright script {path} ({summary}); run it with: python {path}")
+        self._end(window, f"Wrote the Playwright script {path} ({summary}); run it with: qvl-agent replay {path}")
 
     def _say(self, window: QWidget | None, text: str) -> None:
         status = getattr(window, "status", None)
@@ -158,10 +159,11 @@ def generate_script(engine, settings: Settings, url: str, task: str, path: Path,
         engine, shot, url=url, task=task, snapshot=snapshot, viewport=viewport, attempts=attempts,
         verify=True, browser=browser, timeout_s=VERIFY_TIMEOUT_S,
         options=GenerationOptions(max_new_tokens=max(settings.max_new_tokens, 2048)),
+        memory_mb=settings.sandbox_memory_mb,
     )  # fmt: skip
     summary = "; ".join(outcome.attempts)
     if not outcome.ok:
         return None, summary
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_script(outcome, path)
+    save_script(outcome, path, url)
     return path, summary

@@ -1,0 +1,94 @@
+"""`qvl-agent replay`: run a saved Playwright script inside the sandbox.
+
+    qvl-agent replay [--allow-domain HOST]... [--url URL] [-o DIR] [--browser PATH] [--timeout SECONDS] SCRIPT.py
+
+The script (exported by `browse --export`, or written by `qvl-agent playwright`) runs in the same
+bubblewrap sandbox as `playwright --verify` (`playwright.replay`): network only to the origins its first
+lines name (`# qvl-agent-origins:`), plus each --allow-domain HOST and the origin of --url (passed on to
+the script as `--url URL`, as exported scripts take it); the files it writes go to a new folder (-o DIR,
+which must not exist, else the first free of SCRIPT.out, SCRIPT.out-2, ...), never over an existing file
+and never a hidden, runnable or instruction file. Its output is shown; the exit status is the script's own
+(124 when the timeout ended it, 1 when a sandbox limit did), 2 on bad usage or no sandbox.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from qvl_agent.actions import printable
+from qvl_agent.config import Settings
+from qvl_agent.errors import UsageError
+
+TIMED_OUT = 124  # the exit status of timeout(1)
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "replay", help="run a saved Playwright script in the sandbox", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("script", metavar="SCRIPT.py", help="the script to run")
+    p.add_argument("-o", "--output", metavar="DIR", help="a new folder for the files it writes (default SCRIPT.out)")
+    p.add_argument(
+        "--allow-domain", action="append", default=[], metavar="HOST",
+        help="let the script reach HOST too (http and https; or give an origin like https://host:8443); repeatable",
+    )  # fmt: skip
+    p.add_argument("--url", metavar="URL", help="start URL passed to the script as --url (its origin is allowed)")
+    p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
+    p.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="end the run after this (default 600)")
+    p.set_defaults(func=replay_command)
+
+
+def replay_command(args: argparse.Namespace, settings: Settings) -> int:
+    from qvl_agent.playwright.chromium import find_browser
+    from qvl_agent.playwright.header import BadOrigin
+    from qvl_agent.playwright.replay import replay_script
+
+    script = Path(args.script)
+    if not script.is_file():
+        raise UsageError(f"{args.script} is not a script file.")
+    if not 0 < args.timeout <= 86_400:
+        raise UsageError(f"--timeout must be from 0 to 86400 seconds, not {args.timeout:g}.")
+    output = Path(args.output) if args.output else None
+    if output is not None and (output.exists() or output.is_symlink()):
+        raise UsageError(f"{output} already exists: give -o a folder that does not exist yet.")
+    if output is not None and not output.parent.resolve().is_dir():
+        raise UsageError(f"Cannot make {output}: the folder {output.parent} does not exist.")
+    browser = find_browser(args.browser, settings.browser)
+    try:
+        result = replay_script(
+            script, browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
+            memory_mb=settings.sandbox_memory_mb,
+        )  # fmt: skip
+    except BadOrigin as exc:
+        raise UsageError(str(exc)) from None
+    except FileExistsError:
+        raise UsageError(f"{output} already exists: give -o a folder that does not exist yet.") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{args.script} is not a UTF-8 text file.") from None
+    except OSError as exc:
+        raise UsageError(f"Cannot read {args.script}: {exc.strerror or exc}.") from None
+    if not result.header and not args.allow_domain and not args.url:
+        print(
+            "qvl-agent: this script names no origins (no `# qvl-agent-origins:` line), so it runs without network: "
+            "add --allow-domain HOST for each site it needs.",
+            file=sys.stderr,
+        )
+    sys.stdout.write(printable(result.output, keep="\n\t"))  # its own output, escaped: it drives no terminal
+    sys.stdout.flush()
+    for path in result.written:
+        print(f"qvl-agent: kept {printable(str(path))}", file=sys.stderr)
+    for name in result.refused:
+        print(
+            f"qvl-agent: not kept {printable(name)}: only documents, data and media files are copied, into a new "
+            "folder, never a hidden, runnable or instruction file",
+            file=sys.stderr,
+        )
+    if result.limit:
+        print(f"qvl-agent: the sandbox stopped the script because {result.limit}.", file=sys.stderr)
+        return 1
+    if result.returncode is None:
+        print(f"qvl-agent: the script did not finish within {args.timeout:g} seconds.", file=sys.stderr)
+        return TIMED_OUT
+    return result.returncode if 0 <= result.returncode < 256 else 1

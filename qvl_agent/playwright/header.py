@@ -1,0 +1,119 @@
+"""The first lines of every saved Playwright script: how to run it, and the origins it was made for.
+
+    #!/usr/bin/env python3
+    # Run it with: qvl-agent replay FILENAME   (sandboxed: network only to the origins below, files it ...
+    # Running it with plain `python` is your own choice: the script then has all of your rights.
+    # qvl-agent-origins: http://127.0.0.1:8000 https://example.com
+
+`render_header(filename, origins)` writes them (the exporter and `qvl-agent playwright` put them on top of
+every script they save); `read_origins(source)` reads the origins back for `qvl-agent replay`, which lets
+the sandboxed script reach those origins and nothing else.
+
+Only the first `# qvl-agent-origins:` line of the script's leading comment block counts: the model's own
+text follows our header (or a hand-written script has none), so a second line further down, or one after
+the first line of code, cannot widen what the script may reach. An origin is `scheme://host[:port]`,
+http or https only, checked both when written and when read.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import urlsplit
+
+ORIGINS_TAG = "# qvl-agent-origins:"
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$"
+)
+
+
+class BadOrigin(ValueError):
+    """An origin that is not `http(s)://host[:port]`; its message is one sentence for the person."""
+
+
+def origin_of(url: str) -> str:
+    """The normalised origin `scheme://host[:port]` of an http(s) URL (default ports left out).
+
+    Raises BadOrigin for anything else (file://, a path-only string, user:password@, a bad port)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise BadOrigin(f"{url!r} is not an http:// or https:// address.") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise BadOrigin(f"{url!r} is not an http:// or https:// address.")
+    if parts.username is not None or parts.password is not None:
+        raise BadOrigin(f"{url!r} carries a user name or password; give the origin alone.")
+    host = parts.hostname.lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        if not _HOST_NAME.match(host):
+            raise BadOrigin(f"{url!r} does not name a valid host.") from None
+        shown = host
+    else:
+        shown = f"[{address}]" if address.version == 6 else str(address)
+    scheme = parts.scheme.lower()
+    default = 443 if scheme == "https" else 80
+    return f"{scheme}://{shown}" + (f":{port}" if port not in (None, default) else "")
+
+
+def check_origin(text: str) -> str:
+    """`text` when it is exactly an origin (nothing after host[:port] but an optional "/"), normalised;
+    else BadOrigin."""
+    parts = urlsplit(text.strip())
+    if parts.path not in ("", "/") or parts.query or parts.fragment or "?" in text or "#" in text:
+        raise BadOrigin(f"{text!r} is not an origin (scheme://host[:port]).")
+    return origin_of(text)
+
+
+def script_origins(url: str) -> list[str]:
+    """The origins a script made for `url` may reach when replayed: `url`'s own; none for a file:// page."""
+    try:
+        return [origin_of(url)]
+    except BadOrigin:
+        return []
+
+
+def render_header(filename: str, origins: list[str]) -> str:
+    """The comment lines that follow `#!/usr/bin/env python3` (each ends with a newline).
+
+    `filename` may be any text: it is flattened to one printable line. Raises BadOrigin for an origin that
+    is not http(s)://host[:port]."""
+    checked = list(dict.fromkeys(check_origin(o) for o in origins))
+    name = "".join(c if c.isprintable() and c not in "\r\n" else "?" for c in filename) or "SCRIPT.py"
+    return (
+        f"# Run it with: qvl-agent replay {name}   (sandboxed: network only to the origins below, "
+        "files it writes go to a new folder)\n"
+        "# Running it with plain `python` is your own choice: the script then has all of your rights.\n"
+        f"{' '.join([ORIGINS_TAG, *checked])}\n"
+    )
+
+
+def with_header(source: str, filename: str, origins: list[str]) -> str:
+    """`source` with our header on top (after its `#!` line, when it has one)."""
+    header = render_header(filename, origins)
+    if source.startswith("#!"):
+        first, _, rest = source.partition("\n")
+        return f"{first}\n{header}{rest}"
+    return "#!/usr/bin/env python3\n" + header + source
+
+
+def read_origins(source: str) -> list[str] | None:
+    """The origins named by the first `# qvl-agent-origins:` line of the leading comment block, or None when
+    the script has no such line (a hand-written script). Origins that do not parse are left out."""
+    for line in re.split(r"\r\n|\r|\n", source):  # the lines Python's tokenizer sees (not U+2028)
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("#"):
+            return None  # the comment block ended: a line further down is the script's own text
+        if stripped.startswith(ORIGINS_TAG):
+            found = []
+            for word in stripped[len(ORIGINS_TAG) :].split():
+                try:
+                    found.append(check_origin(word))
+                except BadOrigin:
+                    continue
+            return list(dict.fromkeys(found))
+    return None

@@ -1,0 +1,258 @@
+"""`qvl-agent replay SCRIPT.py`: saved scripts run in the sandbox, reaching only the origins of their header
+(plus --allow-domain and --url), their files landing only in a new folder, their exit status their own.
+Hostile scripts assert their effect did NOT happen (canary files unchanged, no file in the person's
+folder, a listener on another port that received nothing)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from qvl_agent.cli import main
+from qvl_agent.playwright.chromium import find_browser
+from qvl_agent.playwright.header import read_origins, render_header, with_header
+from tests.pages.server import PageServer
+
+pytestmark = pytest.mark.browser
+
+BROWSER = find_browser()
+LAUNCH = (
+    "import os, sys\nfrom playwright.sync_api import sync_playwright, expect\n"
+    "with sync_playwright() as p:\n"
+    "    b = p.chromium.launch(executable_path=os.environ['QVL_BROWSER'])\n"
+    "    page = b.new_page()\n"
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = PageServer().start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """The person's folder, holding their own files, as the working directory."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "photo.png").write_bytes(b"my photo")
+    (home / "AGENTS.md").write_text("my agents file")
+    (home / ".git").mkdir()
+    (home / ".git" / "config").write_text("[core]\n")
+    monkeypatch.chdir(home)
+    monkeypatch.setenv("QVL_CONFIG_DIR", str(tmp_path / "config"))
+    return home
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def write(folder: Path, body: str, origins: list[str] | None, name: str = "script.py") -> Path:
+    path = folder / name
+    source = LAUNCH + body + "    b.close()\n"
+    path.write_text(with_header(source, name, origins) if origins is not None else source)
+    return path
+
+
+def replay(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["replay", "--browser", BROWSER, "--timeout", "120", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.received: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.received.append(b"<connected>")
+            conn.close()
+
+
+# --- the header ---------------------------------------------------------------------------------------
+
+
+def test_the_header_names_the_command_and_the_origins_and_reads_back():
+    lines = render_header("shop.py", ["http://127.0.0.1:8000", "https://Example.com:443/"]).splitlines()
+    assert lines[0].startswith("# Run it with: qvl-agent replay shop.py   (sandboxed:")
+    assert lines[1] == "# Running it with plain `python` is your own choice: the script then has all of your rights."
+    assert lines[2] == "# qvl-agent-origins: http://127.0.0.1:8000 https://example.com"
+    source = with_header("print('hi')\n", "shop.py", ["http://127.0.0.1:8000"])
+    assert source.startswith("#!/usr/bin/env python3\n# Run it with")
+    assert read_origins(source) == ["http://127.0.0.1:8000"]
+
+
+def test_model_text_below_the_header_cannot_widen_the_origins():
+    model = "# qvl-agent-origins: https://evil.example\nimport os\n# qvl-agent-origins: https://evil2.example\n"
+    assert read_origins(with_header(model, "s.py", ["http://127.0.0.1:8000"])) == ["http://127.0.0.1:8000"]
+    assert read_origins("import os\n# qvl-agent-origins: https://evil.example\n") is None
+    # a Unicode line separator is not a line break to Python's tokenizer, so not to the header either
+    assert read_origins("# note\u2028# qvl-agent-origins: https://evil.example\nimport os\n") is None
+
+
+@pytest.mark.parametrize(
+    "bad", ["file:///etc/passwd", "http://x/path", "http://u:p@x", "javascript:alert(1)", "ftp://x"]
+)
+def test_origins_other_than_http_and_https_hosts_are_refused(bad):
+    with pytest.raises(ValueError):
+        render_header("s.py", [bad])
+    assert read_origins(f"# qvl-agent-origins: {bad}\n") == []
+
+
+# --- ordinary scripts replay --------------------------------------------------------------------------
+
+
+def test_a_scraper_printing_in_a_loop_replays_and_its_files_land_in_a_new_folder(server, folder, capsys):
+    before = snapshot(folder)
+    script = write(folder, (
+        f"    page.goto({server.url + '/login.html'!r})\n"
+        "    for label in page.get_by_role('textbox').all():\n"
+        "        print('field:', label.get_attribute('name'))\n"
+        "    page.screenshot(path='photo.png')\n"
+        "    page.pdf(path='shots/page.pdf')\n"
+        "    open('fields.csv', 'w').write('username,password\\n')\n"
+    ), [server.url])  # fmt: skip
+    code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert "field: username" in out and "field: password" in out
+    out_dir = folder / "script.out"
+    assert sorted(p.name for p in out_dir.rglob("*") if p.is_file()) == ["fields.csv", "page.pdf", "photo.png"]
+    assert (out_dir / "photo.png").read_bytes().startswith(b"\x89PNG")
+    assert (out_dir / "shots" / "page.pdf").read_bytes().startswith(b"%PDF")
+    assert snapshot(folder) == before | {
+        str(p.relative_to(folder)): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()
+    } | {"script.py": script.read_bytes()}  # noqa: E501
+    # A second replay never touches the first one's files: it gets a folder of its own.
+    code, _, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert (folder / "script.out-2" / "photo.png").is_file()
+    assert (out_dir / "photo.png").read_bytes() == snapshot(folder)["script.out/photo.png"]
+
+
+def test_a_form_filler_posts_to_its_own_origin(server, folder, capsys):
+    server.clear()
+    script = write(folder, (
+        f"    page.goto({server.url + '/login.html'!r})\n"
+        "    page.get_by_label('Username').fill('grace')\n"
+        "    page.get_by_label('Password').fill('hopper')\n"
+        "    page.get_by_role('button', name='Sign in').click()\n"
+        "    expect(page.get_by_text('Welcome, grace')).to_be_visible()\n"
+    ), [server.url])  # fmt: skip
+    code, _, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert server.records("login")
+
+
+def test_the_exit_status_is_the_scripts_own(folder, capsys):
+    (folder / "three.py").write_text(with_header("import sys\nprint('bye')\nsys.exit(3)\n", "three.py", []))
+    code, out, _ = replay(capsys, str(folder / "three.py"))
+    assert code == 3 and "bye" in out
+
+
+def test_an_existing_output_folder_is_refused_in_one_sentence(folder, capsys):
+    (folder / "out").mkdir()
+    (folder / "s.py").write_text("print(1)\n")
+    code, out, err = replay(capsys, "-o", str(folder / "out"), str(folder / "s.py"))
+    assert code == 2 and "already exists" in err and "Traceback" not in err
+    assert list((folder / "out").iterdir()) == []
+
+
+def test_a_missing_script_and_a_bad_allow_domain_are_usage_errors(folder, capsys):
+    assert replay(capsys, str(folder / "nope.py"))[0] == 2
+    (folder / "s.py").write_text("print(1)\n")
+    code, _, err = replay(capsys, "--allow-domain", "http://x/p", str(folder / "s.py"))
+    assert code == 2 and "Traceback" not in err
+
+
+# --- network ------------------------------------------------------------------------------------------
+
+PROBE = (
+    "    import urllib.request\n"
+    "    for url in {urls!r}:\n"
+    "        try:\n"
+    "            urllib.request.urlopen(url, timeout=5).read()\n"
+    "            print('reached', url)\n"
+    "        except Exception as exc:\n"
+    "            print('unreachable', url)\n"
+)
+
+
+def test_only_the_header_origins_are_reached(server, folder, capsys):
+    other = Listener()
+    urls = [server.url + "/login.html", f"http://127.0.0.1:{other.port}/"]
+    script = write(folder, PROBE.format(urls=urls), [server.url])
+    code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert f"reached {urls[0]}" in out and f"unreachable {urls[1]}" in out
+    assert other.received == []
+
+
+def test_a_script_without_header_gets_no_network_unless_allowed(server, folder, capsys):
+    url = server.url + "/login.html"
+    script = write(folder, PROBE.format(urls=[url]), None)
+    code, out, err = replay(capsys, str(script))
+    assert f"unreachable {url}" in out and "runs without network" in err
+    code, out, err = replay(capsys, "--allow-domain", server.url, str(script))
+    assert f"reached {url}" in out and "without network" not in err
+
+
+def test_a_host_file_is_not_readable_through_file_urls(server, folder, capsys, tmp_path):
+    secret = tmp_path / "id_rsa"
+    secret.write_text("secret-" + uuid.uuid4().hex)
+    script = write(folder, (
+        f"    for url in ['file://{secret}', 'file:///etc/shadow']:\n"
+        "        try:\n"
+        "            page.goto(url)\n"
+        "            print(url, page.content())\n"
+        "        except Exception:\n"
+        "            print(url, 'unreachable')\n"
+        f"    print(open({str(secret)!r}).read() if os.path.exists({str(secret)!r}) else 'absent')\n"
+    ), [server.url])  # fmt: skip
+    code, out, err = replay(capsys, str(script))
+    assert secret.read_text() not in out + err
+
+
+# --- hostile files ------------------------------------------------------------------------------------
+
+
+def test_hidden_runnable_and_instruction_files_never_reach_the_persons_folder(server, folder, capsys):
+    before = snapshot(folder)
+    script = write(folder, (
+        f"    page.goto({server.url + '/login.html'!r})\n"
+        "    for name in ['.git/config', '.ssh/authorized_keys', '.config/autostart/x.desktop', '.bashrc']:\n"
+        "        os.makedirs(os.path.dirname(name) or '.', exist_ok=True)\n"
+        "        page.screenshot(path=name, type='png')\n"
+        "    for name in ['AGENTS.md', 'CLAUDE.md', 'requirements.txt', 'conftest.py', 'run.sh', 'Makefile',\n"
+        "                 'photo.png', '../escape.png', '/tmp/abs.png']:\n"
+        "        try:\n"
+        "            open(name, 'w').write('evil')\n"
+        "        except OSError:\n"
+        "            pass\n"
+    ), [server.url])  # fmt: skip
+    code, _, err = replay(capsys, str(script))
+    assert code == 0, err
+    after = snapshot(folder)
+    assert {k: v for k, v in after.items() if not k.startswith("script.out")} == before | {
+        "script.py": script.read_bytes()
+    }
+    kept = sorted(
+        p.relative_to(folder / "script.out").as_posix() for p in (folder / "script.out").rglob("*") if p.is_file()
+    )
+    assert kept == ["photo.png"]  # the script's own photo, in the new folder; the person's is unchanged
+    assert (folder / "photo.png").read_bytes() == b"my photo"
+    assert not (folder.parent / "escape.png").exists()
+    assert "not kept .git/config" in err and "not kept AGENTS.md" in err
