@@ -419,6 +419,7 @@ def install(socket_path: str, script: str, locate_path: str, probe_ms: float) ->
 
     spec = importlib.util.spec_from_file_location("qvl_locate", locate_path)
     locate = importlib.util.module_from_spec(spec)
+    sys.modules["qvl_locate"] = locate  # its dataclasses look their module up while they are made
     spec.loader.exec_module(locate)
     state = _State(_Channel(socket_path), script, locate, probe_ms)
     for name in ACTIONS:
@@ -442,3 +443,8 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+if __name__ == "qvl_sandbox_hook":  # run by sandbox_init before the script (`replay --heal`)
+    with open("/sandbox/heal.json", encoding="utf-8") as _f:
+        _config = json.load(_f)
+    install(_config["socket"], _config["script"], _config["locate"], float(_config["probe_ms"]))

@@ -146,7 +146,7 @@ def describe(intent: dict) -> str:
     role, name, near = intent.get("role", ""), intent.get("name", ""), intent.get("near", "")
     noun = _NOUNS.get(role, role or "element")
     text = f'the "{name}" {noun}' if name else f"the {noun}"
-    if near and near != name:
+    if near and not name:
         text += f' after "{near}"'
     if intent.get("reason"):
         text += f" ({intent['reason']})"
