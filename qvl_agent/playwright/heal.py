@@ -97,7 +97,9 @@ def clean_intent(value) -> dict:
     out = {k: _text(value[k], 200) for k in ("action", "role", "name", "near", "reason") if k in value}
     if isinstance(value.get("step"), int) and not isinstance(value.get("step"), bool):
         out["step"] = value["step"]
-    return {k: v for k, v in out.items() if v != ""}
+    if isinstance(value.get("locator"), dict) and value["locator"].get("kind") in LOCATOR_FIELDS:
+        out["locator"] = {"kind": value["locator"]["kind"]}
+    return {k: v for k, v in out.items() if v != ""}  # type: ignore[misc]
 
 
 def clean_where(value) -> dict:

@@ -120,13 +120,11 @@ def _selector(locator) -> str:
 
 
 def _intent_for(state: _State, line: int, selector: str, page) -> dict | None:
-    """The step's intent: the comment right above its code, unless another intent recorded exactly this
-    locator (the end-state checks at the bottom share their step's locator)."""
-    here = None
+    """The step's intent: the comment right above its code (only code between them). Else, for the
+    end-state checks at the bottom, the intent that recorded exactly this locator."""
     for n in range(min(line, len(state.lines)) - 1, 0, -1):
         if n in state.intents:
-            here = state.intents[n]
-            break
+            return state.intents[n]
         if state.lines[n] != "code":
             break
     same = []
@@ -137,10 +135,8 @@ def _intent_for(state: _State, line: int, selector: str, page) -> dict | None:
             built = None
         if built is not None and _selector(built) == selector:
             same.append((n, intent))
-    if here is not None and (not here.get("locator") or any(i is here for _, i in same)):
-        return here
     above = [i for n, i in same if n < line]
-    return (above or [i for _, i in same] or [here])[-1]
+    return (above or [i for _, i in same] or [None])[-1]
 
 
 def _intent_from_selector(selector: str) -> dict:
@@ -335,8 +331,10 @@ def _healed_call(state, locator, original, name, args, kwargs, reason, where, in
         page = locator.page
         built = state.locate.to_playwright(page, new)
         if kind == "cover":
-            page.add_locator_handler(built, lambda found: found.click())
+            # Dismissed now, then whenever it shows again (a handler registered first would also fire
+            # before this very click, and the click would then wait for a button already gone).
             built.click()
+            page.add_locator_handler(built, lambda found: found.click())
             state.busy = False
             return original(locator, *args, **kwargs)
         state.healed[_selector(locator)] = {"locator": new}

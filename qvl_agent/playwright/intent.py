@@ -146,7 +146,8 @@ def describe(intent: dict) -> str:
     role, name, near = intent.get("role", ""), intent.get("name", ""), intent.get("near", "")
     noun = _NOUNS.get(role, role or "element")
     text = f'the "{name}" {noun}' if name else f"the {noun}"
-    if near and not name:
+    # A name found by its place (a CSS path) is not unique on the page: its caption tells it apart.
+    if near and near != name and (not name or (intent.get("locator") or {}).get("kind") == "css"):
         text += f' after "{near}"'
     if intent.get("reason"):
         text += f" ({intent['reason']})"
