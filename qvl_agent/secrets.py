@@ -5,7 +5,7 @@ The person names a secret (`--secret PASSWORD`); its value comes from the enviro
 and writes it in a `type` action; `reveal_action` swaps the value in right before the executor types it,
 and `mask` turns the value back into the placeholder in everything that comes out of the executor (its
 messages, the details a trace and an exported script are built from, the page's final state). The
-exported script reads `os.environ["QVL_SECRET_PASSWORD"]` (`playwright.secret_refs`).
+exported script reads `os.environ["QVL_SECRET_PASSWORD"]` (`playwright.literals`).
 
 Standard library only; nothing here reads the environment by itself: callers pass it in.
 """

@@ -16,7 +16,7 @@ import pytest
 from qvl_agent import actions as A
 from qvl_agent.errors import ActionError, UsageError
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.playwright.secret_refs import read_from_environment
+from qvl_agent.playwright.literals import lit
 from qvl_agent.secrets import Secrets, read_secrets
 from qvl_agent.trace import read_trace
 from tests.conftest import run_cli
@@ -55,10 +55,9 @@ def test_values_come_from_the_environment_or_a_prompt_and_a_missing_one_is_one_s
 
 
 def test_an_exported_literal_with_a_placeholder_reads_the_environment():
-    source = 'import os\nx.fill("{{PASSWORD}}")\ny = "id {{USER}}!"\nz = "plain"\n'
-    out = read_from_environment(source)
-    assert 'x.fill(os.environ["QVL_SECRET_PASSWORD"])' in out
-    assert "('id ' + os.environ[\"QVL_SECRET_USER\"] + '!')" in out and 'z = "plain"' in out
+    assert lit("{{PASSWORD}}") == 'os.environ["QVL_SECRET_PASSWORD"]'
+    assert lit("id {{USER}}!") == '("id " + os.environ["QVL_SECRET_USER"] + "!")'
+    assert lit("plain") == '"plain"' and lit("{{URL}}", secrets=False) == '"{{URL}}"'
 
 
 def _browse(tmp_path, url, replies, *extra, env=None):

@@ -79,6 +79,8 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     export = Path(args.export) if args.export else None
     if export is not None and not export.parent.resolve().is_dir():
         raise UsageError(f"Cannot write the script to {export}: the folder {export.parent} does not exist.")
+    if export is not None and (export.exists() or export.is_symlink()):
+        raise UsageError(f"{export} already exists: --export writes a new file (remove it or choose another name).")
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
@@ -130,8 +132,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     print_report(trace_dir)
     if export is not None:
         if result.ok:
-            compiled = export_trace(trace_dir, export)
-            export.chmod(0o700)  # the person's own script: runnable, private
+            compiled = export_trace(trace_dir, export, replace=False)  # private (0600), never over a file
             print(f"qvl-agent: wrote {export}; replay it with: python {export}", file=sys.stderr, flush=True)
             for note in compiled.unexpressed:
                 print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)

@@ -144,7 +144,10 @@ def _print_heals(healing) -> None:
         where = f"step {heal.step}" if heal.step is not None else f"line {heal.where.get('line', '?')}"
         old, new = printable(failing_code(source, heal)), printable(new_code(heal))
         if heal.reused:
-            print(f"qvl-agent: healed {where} again at line {heal.where.get('line', '?')}: {old} -> {new}", file=sys.stderr)
+            print(
+                f"qvl-agent: healed {where} again at line {heal.where.get('line', '?')}: {old} -> {new}",
+                file=sys.stderr,
+            )
         elif heal.kind == "cover":
             print(
                 f"qvl-agent: healed {where}: something covered the page; {new} now dismisses it "

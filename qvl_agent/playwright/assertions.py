@@ -15,11 +15,11 @@ only checks that the exported steps produce and that Playwright can make on that
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 
-from qvl_agent.playwright.steps import comment_text, python_locator, q, target_key
+from qvl_agent.playwright.literals import comment_text, lit
+from qvl_agent.playwright.steps import python_locator, q, target_key
 
 FORM_TAGS = {"input", "textarea", "select"}
 
@@ -29,7 +29,7 @@ def field_assertion(code: str, state: dict) -> str | None:
     if "checked" in state:
         return f"expect({code}).{'to_be_checked' if state['checked'] else 'not_to_be_checked'}()"
     if state.get("multiple") and state.get("values") is not None:
-        return f"expect({code}).to_have_values({json.dumps(state['values'], ensure_ascii=False)})"
+        return f"expect({code}).to_have_values({lit(list(state['values']))})"
     if "value" not in state:
         return None
     if state.get("editable") or state.get("tag") not in FORM_TAGS:

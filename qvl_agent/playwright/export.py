@@ -26,17 +26,20 @@ This module is pure: no Playwright, no browser, no file system except `export_ru
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.playwright import secret_refs
 from qvl_agent.playwright.assertions import end_state_assertions
+from qvl_agent.playwright.export_gate import check_export
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 from qvl_agent.playwright.header import render_header, script_origins
 from qvl_agent.playwright.intent import comment as intent_comment
 from qvl_agent.playwright.intent import op_action, reason_of, step_intent
-from qvl_agent.playwright.steps import Op, StepCompiler, comment_text, python_locator, q, target_key
+from qvl_agent.playwright.literals import comment_text, docstring_text, lit
+from qvl_agent.playwright.steps import Op, StepCompiler, python_locator, target_key
+from qvl_agent.secrets import PLACEHOLDER
 from qvl_agent.trace import write_private
 
 __all__ = ["Compiled", "compile_run", "export_run", "export_trace", "python_locator", "write_browser_info"]
@@ -49,11 +52,6 @@ SCRIPT_CHROMIUM_ARGS = list(CHROMIUM_ARGS)
 class Compiled:
     source: str
     unexpressed: list[str] = field(default_factory=list)  # steps the script could not express faithfully
-
-
-def _docstring_text(text: str) -> str:
-    """`text` on one line inside the script's docstring: no line breaks, no closing quotes, no escapes."""
-    return comment_text(" ".join(text.split())).replace("\\", "\\\\").replace('"""', "'''")
 
 
 def _origin(url: str) -> str:
@@ -126,6 +124,50 @@ if __name__ == "__main__":
 '''
 
 
+def _url_expr(url: str, origin: str) -> str:
+    """The URL check's argument: the recorded URL (on the start origin: relative to `origin`, so --url moves
+    it along). A query value holding a masked secret (`{{NAME}}`) is left out: it is matched as any value,
+    so the check neither holds the secret nor fails on it."""
+    relative = bool(origin) and url.startswith(origin)
+    rest = url[len(origin) :] if relative else url
+    if not PLACEHOLDER.search(rest):
+        return f"origin + {lit(rest, secrets=False)}" if relative else lit(rest, secrets=False)
+    without_fragment = rest.split("#", 1)[0]
+    head, _, query = without_fragment.partition("?")
+    pattern = _loose(head)
+    if query:
+        fields = []
+        for pair in query.split("&"):
+            key, equals, value = pair.partition("=")
+            fields.append(_loose(key + equals) + (r"[^&#]*" if PLACEHOLDER.search(value) else re.escape(value)))
+        pattern += r"\?" + "&".join(fields)
+    pattern += r"(#.*)?$"
+    # The values are matched loosely (their encoding may differ); the path and names must be the run's.
+    if relative:
+        return f're.compile("^" + re.escape(origin) + {lit(pattern, secrets=False)})'
+    return f"re.compile({lit('^' + pattern, secrets=False)})"
+
+
+def _loose(text: str) -> str:
+    """A pattern for `text` where each placeholder matches whatever the page put there."""
+    return r"[^/?#&]*".join(re.escape(part) for part in PLACEHOLDER.split(text)[::2])
+
+
+def _reference_source() -> str:
+    """The template with neutral values: what `export_gate` compares the script against."""
+    return _TEMPLATE.format(
+        header="",
+        title="",
+        task="",
+        filename="replay.py",
+        start_url='""',
+        width=1,
+        height=1,
+        chromium_args="[]",
+        body="    pass",
+    )
+
+
 def compile_run(
     start_url: str,
     steps: list[dict],
@@ -135,11 +177,12 @@ def compile_run(
     viewport: tuple[int, int] = (1280, 800),
     filename: str = "replay.py",
 ) -> Compiled:
-    """Python source replaying `steps` (each {"kind", "ok", "detail", "describe"}) from `start_url`."""
+    """Python source replaying `steps` (each {"kind", "ok", "detail", "describe"}) from `start_url`.
+    Raises InputError (one sentence) for a run it will not write, before anything is written."""
     origin = _origin(start_url)
 
     def url_expr(url: str) -> str:
-        return f"origin + {q(url[len(origin) :])}" if origin and url.startswith(origin) else q(url)
+        return _url_expr(url, origin)
 
     compiler = StepCompiler()
     intents: dict[str, dict] = {}  # target_key(locator) -> the latest step's intent on that element
@@ -174,29 +217,51 @@ def compile_run(
     if not any(line and not line.startswith("#") for line in lines):
         lines.append("pass")
     body = "\n".join(f"    {line}" for line in lines)
-    doc_task = _docstring_text(task or "(not recorded)")
+    # The docstring keeps placeholders as text: it is read before `import os`, and it is for the person.
+    task = " ".join(str(task or "(not recorded)").split())
     source = _TEMPLATE.format(
         header=render_header(filename, script_origins(start_url)),
-        title=doc_task[:80],
-        task=doc_task,
-        filename=_docstring_text(filename),
-        start_url=q(start_url),
-        width=viewport[0],
-        height=viewport[1],
-        chromium_args=json.dumps(SCRIPT_CHROMIUM_ARGS),
+        title=docstring_text(task[:80]),
+        task=docstring_text(task),
+        filename=docstring_text(filename),
+        start_url=lit(start_url, secrets=False),
+        width=lit(int(viewport[0])),
+        height=lit(int(viewport[1])),
+        chromium_args=lit(SCRIPT_CHROMIUM_ARGS),
         body=body,
     )
-    source = secret_refs.read_from_environment(source)  # {{NAME}} -> os.environ["QVL_SECRET_NAME"]
+    check_export(source, _reference_source())  # run data can never have become code
     return Compiled(source, [comment_text(note) for note in compiler.unexpressed])
 
 
-def export_run(path: str | Path, start_url: str, steps: list[dict], final: dict | None, **kwargs) -> Compiled:
-    """Compile and write the script to `path` (executable bit set); returns what was compiled."""
+def export_run(
+    path: str | Path, start_url: str, steps: list[dict], final: dict | None, *, replace: bool = True, **kwargs
+) -> Compiled:
+    """Compile and write the script to `path`, private to the person (0600: it records where they went and
+    what they typed); returns what was compiled. Nothing is written when compiling fails. With
+    `replace=False` (the person's own --export path) an existing file, or a link, there is never touched."""
     path = Path(path)
     compiled = compile_run(start_url, steps, final, filename=path.name, **kwargs)
-    path.write_text(compiled.source, encoding="utf-8")
-    path.chmod(0o755)
+    if replace:
+        write_private(path, compiled.source)
+    else:
+        _write_new(path, compiled.source)
     return compiled
+
+
+def _write_new(path: Path, text: str) -> None:
+    from qvl_agent.errors import InputError
+
+    try:  # O_EXCL: refuses whatever is there, a dangling link included; created 0600 from the start
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        raise InputError(
+            f"{path} already exists: the script was not written (remove it or choose another name)."
+        ) from None
+    except OSError as exc:
+        raise InputError(f"Cannot write the script to {path}: {exc.strerror}.") from None
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
 
 
 BROWSER_FILE = "browser.json"  # beside trace.jsonl: {"url", "viewport", "final"}, written by `qvl-agent browse`
@@ -229,8 +294,8 @@ def steps_from_trace(trace) -> list[dict]:
     return steps
 
 
-def export_trace(trace_dir: str | Path, path: str | Path) -> Compiled:
-    """Compile the browser run recorded in `trace_dir` into the script `path`."""
+def export_trace(trace_dir: str | Path, path: str | Path, *, replace: bool = True) -> Compiled:
+    """Compile the browser run recorded in `trace_dir` into the script `path` (see `export_run`)."""
     from qvl_agent.errors import InputError
     from qvl_agent.trace import read_trace
 
@@ -245,4 +310,4 @@ def export_trace(trace_dir: str | Path, path: str | Path) -> Compiled:
     steps = steps_from_trace(trace)
     viewport = tuple(info.get("viewport") or (1280, 800))
     task = trace.run.get("task", "")
-    return export_run(path, info["url"], steps, info.get("final"), task=task, viewport=viewport)
+    return export_run(path, info["url"], steps, info.get("final"), task=task, viewport=viewport, replace=replace)

@@ -189,7 +189,9 @@ class HealService:
             clean_where(message.get("where")),
         )  # fmt: skip
         if len([h for h in self.heals if not h.reused]) >= MAX_HEALS:
-            return None, self._stop(f"More than {MAX_HEALS} steps broke: the page changed too much to heal step by step.")
+            return None, self._stop(
+                f"More than {MAX_HEALS} steps broke: the page changed too much to heal step by step."
+            )
         try:
             png = base64.b64decode(str(message.get("png", "")), validate=True)
             heal.shot = load_image_bytes(png, max_pixels=MAX_PIXELS, name="page screenshot")

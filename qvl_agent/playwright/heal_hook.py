@@ -177,18 +177,13 @@ def _role_of(state: _State, page, element: dict) -> str:
     return {"button": "button", "a": "link", "textarea": "textbox", "select": "combobox"}.get(tag, "")
 
 
-def _near_of(page, selector: str) -> str | None:
+def _near_of(locate, page, selector: str) -> str | None:
     """The caption (`near`) of the one element a CSS selector matches now; None unless exactly one."""
     try:
         loc = page.locator(selector)
         if loc.count() != 1:
             return None
-        return loc.evaluate(
-            """(t) => { const w = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT); w.currentNode = t;
-            for (let n = w.previousNode(); n; n = w.previousNode()) { const s = (n.data || '').replace(/\\s+/g, ' ').trim();
-              if (s && !t.contains(n) && !(n.parentElement && n.parentElement.closest('script,style,template')))
-                return s.slice(0, 60); } return ''; }"""
-        )
+        return loc.evaluate(locate.NEAR_JS)
     except Exception:  # the page navigated under the check: no verdict
         return None
 
@@ -230,8 +225,10 @@ def _heal(state: _State, locator, method: str, error: str, where: dict, intent: 
             problem = f"that is {_a(role)} {where_} the layer covering the page, not a button that closes it"
     elif want and SAME_ROLES.get(role, role) != SAME_ROLES.get(want, want):
         problem = f"that is {_a(role)}, not {_a(want)}"
-    elif not want and role in ("textbox", "checkbox", "radio", "combobox", "slider", "spinbutton") and method in (
-        "click", "dblclick", "tap", "hover"
+    elif (
+        not want
+        and role in ("textbox", "checkbox", "radio", "combobox", "slider", "spinbutton")
+        and method in ("click", "dblclick", "tap", "hover")
     ):
         problem = f"that is {_a(role)}, and the step clicked no form field"
     reply = state.channel.ask(
@@ -259,7 +256,8 @@ _COVER_JS = """
   while (layer.parentElement && layer.parentElement !== document.body && !layer.parentElement.contains(target)) {
     layer = layer.parentElement;
   }
-  return {inside: !!picked && layer.contains(picked), text: (layer.innerText || '').replace(/\\s+/g, ' ').trim().slice(0, 120)};
+  const text = (layer.innerText || '').replace(/\\s+/g, ' ').trim().slice(0, 120);
+  return {inside: !!picked && layer.contains(picked), text};
 }
 """
 
@@ -301,7 +299,7 @@ def _wrap_action(state: _State, cls, name: str) -> None:
         intent = _intent_for(state, where["line"], selector, self.page)
         reason = ""
         if _is_css(selector) and intent and intent.get("near"):
-            now = _near_of(self.page, selector)
+            now = _near_of(state.locate, self.page, selector)
             if now is not None and now != intent["near"]:
                 reason = f'its element now follows "{now}", not "{intent["near"]}"'
         if not reason:

@@ -9,7 +9,8 @@ inserts, before the statement that was blocked, `page.add_locator_handler(<its b
 found.click())`: Playwright then dismisses the layer whenever it shows, so the healed script also works
 in a fresh browser where it shows first, and where it never shows.
 
-The text is produced by putting `ast.unparse` of each new node where the old node stood, so comments (the
+The text is produced by writing each new node (its strings through the exporter's `string_literal`)
+where the old node stood, so comments (the
 step and intent lines) and the rest of the layout stay as they were; then the whole result is parsed again
 and must equal, node for node, the original tree with exactly these replacements made in the tree itself.
 Anything else (a position that does not line up, an odd line ending) is refused, never written.
@@ -24,9 +25,11 @@ import re
 from dataclasses import dataclass
 
 from qvl_agent.errors import QvlError
+from qvl_agent.playwright.literals import string_literal
 
 FACTORIES = {"locator", "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text",
              "get_by_alt_text", "get_by_title", "frame_locator", "nth", "first", "last", "filter"}  # fmt: skip
+POINT_KEYWORDS = ("position", "source_position")
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
 
 
@@ -45,22 +48,35 @@ class Edit:
     cover: bool = False
 
 
+def _parts(locator: dict) -> tuple[str, str, dict]:
+    """(method, its one argument, its keywords) for a locator dict from `locate.py`."""
+    kind = locator.get("kind")
+    if kind == "role":
+        return "get_by_role", locator["role"], {"name": locator["name"], "exact": True}
+    if kind in ("label", "placeholder", "text"):
+        return f"get_by_{kind}", locator["text"], {"exact": True}
+    if kind == "testid":
+        return "get_by_test_id", locator["value"], {}
+    if kind == "css":
+        return "locator", locator["selector"], {}
+    raise RewriteError(f"A {kind} locator cannot be written into a script.")
+
+
 def locator_node(page: ast.expr, locator: dict) -> ast.expr:
     """`page.get_by_role("button", name="Save", exact=True)` and the like, as a node."""
-    kind = locator["kind"]
-    exact = [ast.keyword("exact", ast.Constant(True))]
-    if kind == "role":
-        method, args, keywords = "get_by_role", [locator["role"]], [ast.keyword("name", ast.Constant(locator["name"])), *exact]
-    elif kind in ("label", "placeholder", "text"):
-        method, args, keywords = f"get_by_{kind}", [locator["text"]], exact
-    elif kind == "testid":
-        method, args, keywords = "get_by_test_id", [locator["value"]], []
-    elif kind == "css":
-        method, args, keywords = "locator", [locator["selector"]], []
-    else:
-        raise RewriteError(f"A {kind} locator cannot be written into a script.")
+    method, arg, keywords = _parts(locator)
     func = ast.Attribute(copy.deepcopy(page), method, ast.Load())
-    return ast.Call(func, [ast.Constant(str(a)) for a in args], keywords)
+    return ast.Call(func, [ast.Constant(str(arg))], [ast.keyword(k, ast.Constant(v)) for k, v in keywords.items()])
+
+
+def locator_code(page: ast.expr, locator: dict) -> str:
+    """The same as source, its strings written by the exporter's own literal builder (double quotes, every
+    unprintable character escaped), as the rest of an exported script."""
+    method, arg, keywords = _parts(locator)
+    args = [string_literal(str(arg))] + [
+        f"{k}={string_literal(v) if isinstance(v, str) else v!r}" for k, v in keywords.items()
+    ]
+    return f"{ast.unparse(page)}.{method}({', '.join(args)})"
 
 
 def _call_at(tree: ast.AST, edit: Edit) -> ast.Call | None:
@@ -157,17 +173,18 @@ def healed_source(source: str, edits: list[Edit]) -> str:
             raise RewriteError(
                 f"Line {node.lineno} keeps its locator in a variable, so the healed locator cannot be written there."
             )
-        new = locator_node(page, edit.locator)
+        new, code = locator_node(page, edit.locator), locator_code(page, edit.locator)
         if edit.cover:
             body, stmt = _statement_of(tree, call)
+            click = ast.Call(ast.Attribute(ast.Name("found", ast.Load()), "click", ast.Load()), [], [])
             handler = ast.Expr(
                 ast.Call(
                     ast.Attribute(copy.deepcopy(page), "add_locator_handler", ast.Load()),
-                    [new, ast.Lambda(_one_arg("found"), ast.Call(ast.Attribute(ast.Name("found", ast.Load()), "click", ast.Load()), [], []))],
+                    [new, ast.Lambda(_one_arg("found"), click)],
                     [],
                 )
-            )  # fmt: skip
-            code = ast.unparse(handler)
+            )
+            code = f"{ast.unparse(page)}.add_locator_handler({code}, lambda found: found.click())"
             if (id(stmt), code) in inserted:
                 continue
             inserted.add((id(stmt), code))
@@ -181,14 +198,25 @@ def healed_source(source: str, edits: list[Edit]) -> str:
             twin_body = _twin_body(tree, expected, body, pairs)
             twin_body.insert(twin_body.index(pairs[id(stmt)]), copy.deepcopy(handler))
             continue
-        start = _index(lines, starts, node.lineno, node.col_offset)
-        end = _index(lines, starts, node.end_lineno, node.end_col_offset)
-        text_edits.append((start, end, ast.unparse(new)))
         twin = pairs[id(parent)]
         if index is None:
             setattr(twin, field, copy.deepcopy(new))
         else:
             getattr(twin, field)[index] = copy.deepcopy(new)
+        dropped = [k for k in call.keywords if k.arg in POINT_KEYWORDS] if index is None else []
+        if dropped:
+            # A point inside the old element means nothing on the new one: the healed step acts at its centre,
+            # as the heal itself did. The call is written anew from its other arguments' own text.
+            kept = [a for a in call.args] + [k for k in call.keywords if k.arg not in POINT_KEYWORDS]
+            pieces = [ast.get_source_segment(source, a) for a in kept]
+            if any(p is None for p in pieces):
+                raise RewriteError(f"The call on line {call.lineno} could not be rewritten.")
+            code = f"{code}.{edit.method}({', '.join(pieces)})"  # type: ignore[arg-type]
+            pairs[id(call)].keywords = [k for k in pairs[id(call)].keywords if k.arg not in POINT_KEYWORDS]
+            node = call
+        start = _index(lines, starts, node.lineno, node.col_offset)
+        end = _index(lines, starts, node.end_lineno, node.end_col_offset)
+        text_edits.append((start, end, code))
     result = source
     for start, end, text in sorted(text_edits, key=lambda e: (e[0], e[1]), reverse=True):
         result = result[:start] + text + result[end:]

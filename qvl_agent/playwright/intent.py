@@ -25,6 +25,8 @@ from __future__ import annotations
 import json
 import re
 
+from qvl_agent.playwright.literals import comment_text
+
 PREFIX = "# intent: "
 MAX_TEXT = 120  # names, captions and reasons are cut here: enough to recognise, short enough to read
 
@@ -108,7 +110,7 @@ def op_action(kind: str) -> str:
 
 def comment(intent: dict) -> str:
     """The `# intent:` line for a step: ASCII-only JSON, so nothing in it can end the comment."""
-    return PREFIX + json.dumps(intent, ensure_ascii=True)
+    return comment_text(PREFIX + json.dumps(intent, ensure_ascii=True))  # the exporter's one comment builder
 
 
 def parse(line: str) -> dict | None:

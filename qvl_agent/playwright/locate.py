@@ -54,6 +54,20 @@ _TARGET_JS = """
 }
 """
 
+# The nearest text before an element in reading order, outside it: what a person reads as its caption when
+# it has no name of its own ("Quantity" before a bare field, "Beta" before a row's star).
+NEAR_JS = """(t) => {
+  const walker = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
+  walker.currentNode = t;
+  for (let n = walker.previousNode(); n; n = walker.previousNode()) {
+    const s = (n.data || '').replace(/\\s+/g, ' ').trim();
+    if (s && !t.contains(n) && !(n.parentElement && n.parentElement.closest('script,style,template'))) {
+      return s.slice(0, 60);
+    }
+  }
+  return '';
+}"""
+
 # Facts about an element that the candidate locators are built from, plus a unique CSS path.
 _INFO_JS = """
 (t) => {
@@ -92,19 +106,7 @@ _INFO_JS = """
     return parts.join(' > ');
   };
   const labels = t.labels ? Array.from(t.labels).map(l => norm(l.innerText)).filter(Boolean) : [];
-  // The nearest text before the element in reading order, outside it: what a person reads as its caption
-  // when it has no name of its own ("Quantity" before a bare field, "Beta" before a row's star).
-  const near = (() => {
-    const walker = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
-    walker.currentNode = t;
-    for (let n = walker.previousNode(); n; n = walker.previousNode()) {
-      const s = norm(n.data);
-      if (s && !t.contains(n) && !(n.parentElement && n.parentElement.closest('script,style,template'))) {
-        return s.slice(0, 60);
-      }
-    }
-    return '';
-  })();
+  const near = (""" + NEAR_JS + """)(t);
   const r = t.getBoundingClientRect();
   return {
     tag: t.tagName.toLowerCase(),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from qvl_agent.actions import printable
+from qvl_agent.playwright.literals import lit
 
 TEXT_INPUT_TYPES = {"", "text", "email", "password", "search", "tel", "url", "number"}
 # Inputs whose value has one canonical form that `fill` takes, whatever keys the run typed into them.
@@ -56,13 +56,10 @@ WHOLE_ROLES = {
 
 
 def q(text: str) -> str:
-    """A Python string literal (double quotes, as the rest of the script)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def comment_text(text: str) -> str:
-    """`text` on one line, safe for a `#` comment or a terminal: line breaks and control characters escaped."""
-    return printable(str(text))
+    """A Python string literal (double quotes, as the rest of the script); `{{NAME}}` reads the secret."""
+    if not isinstance(text, str):
+        return lit(str(text))
+    return lit(text)
 
 
 def python_locator(locator: dict) -> str | None:
@@ -111,7 +108,7 @@ def select_option_code(code: str, state: dict) -> str | None:
     """`select_option` reproducing a select's state (every option of a multi-select), or None."""
     if state.get("multiple"):
         labels = state.get("labels")
-        return None if labels is None else f"{code}.select_option(label={json.dumps(labels, ensure_ascii=False)})"
+        return None if labels is None else f"{code}.select_option(label={lit(list(labels))})"
     if state.get("label") is not None:
         return f"{code}.select_option(label={q(state['label'])})"
     return None
@@ -160,8 +157,8 @@ class StepCompiler:
             lines = []
             if detail.get("pixels"):
                 x, y = detail["pixels"][0]
-                lines.append(f"page.mouse.move({x}, {y})")
-            lines.append(f"page.mouse.wheel({dx}, {dy})")
+                lines.append(f"page.mouse.move({lit(x)}, {lit(y)})")
+            lines.append(f"page.mouse.wheel({lit(dx)}, {lit(dy)})")
             self.add(Op(lines, comment=note + " (locators scroll by themselves; kept for pixel steps)"))
         elif kind == "mouse_move":
             if code:
@@ -169,7 +166,7 @@ class StepCompiler:
                 self.add(Op([f"{code}.hover({f'position={position}' if position else ''})"], comment=note))
             else:
                 x, y = detail["pixels"][0]
-                self.add(Op([f"page.mouse.move({x}, {y})"], comment=note))
+                self.add(Op([f"page.mouse.move({lit(x)}, {lit(y)})"], comment=note))
         elif kind == "left_click_drag":
             self._drag(detail, code, note)
         elif kind == "wait":
@@ -186,7 +183,7 @@ class StepCompiler:
                 f", click_count={count}" if count > 1 else ""
             )
             self.unexpressed.append(f"{note}: no unique locator, replayed at CSS pixel ({x}, {y})")
-            self.add(Op([f"page.mouse.click({x}, {y}{extra})"], comment=note + " (no unique locator)"))
+            self.add(Op([f"page.mouse.click({lit(x)}, {lit(y)}{extra})"], comment=note + " (no unique locator)"))
             return
         target = target_key(locator)
         if kind == "left_click" and before and "checked" in before and after and "checked" in after:
@@ -234,9 +231,9 @@ class StepCompiler:
         pixels = detail.get("pixels", [])
         lines = []
         if len(pixels) == 2:
-            lines.append(f"page.mouse.move({pixels[0][0]}, {pixels[0][1]})")
+            lines.append(f"page.mouse.move({lit(pixels[0][0])}, {lit(pixels[0][1])})")
         ex, ey = pixels[-1]
-        lines += ["page.mouse.down()", f"page.mouse.move({ex}, {ey}, steps=10)", "page.mouse.up()"]
+        lines += ["page.mouse.down()", f"page.mouse.move({lit(ex)}, {lit(ey)}, steps=10)", "page.mouse.up()"]
         self.unexpressed.append(f"{note}: drag replayed by CSS pixels")
         self.add(Op(lines, comment=note + " (by pixels)"))
 
@@ -365,7 +362,12 @@ class StepCompiler:
             ]
             opener.kind = "popup"  # never folded into a later fill of the same locator in the new tab
         else:
-            self.add(Op([f"page = tabs[{tab}]", "page.bring_to_front()"], comment=f"{note} (back to an earlier tab)"))
+            self.add(
+                Op(
+                    [f"page = tabs[{lit(int(tab))}]", "page.bring_to_front()"],
+                    comment=f"{note} (back to an earlier tab)",
+                )
+            )
         self.tab = tab
 
     def lose(self, locator: dict | None, note: str, why: str) -> None:
@@ -393,4 +395,4 @@ def _position(kind: str, detail: dict) -> str | None:
     )
     if whole and kind not in ("double_click", "triple_click") and not detail.get("centre_hits_other"):
         return None
-    return json.dumps({"x": offset[0], "y": offset[1]})
+    return lit({"x": offset[0], "y": offset[1]})

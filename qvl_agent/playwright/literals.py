@@ -1,0 +1,110 @@
+"""The one place an exported script's literals are written: every value recorded in a run (typed text,
+labels, keys, URLs, numbers) becomes Python source here and nowhere else, so no run data is ever pasted
+into code as text.
+
+  - `lit(value)` writes a str, number, bool, None, or a list/tuple/dict of them as a Python expression.
+    A string is double-quoted, with `"` and `\\` escaped and every character that `str.isprintable`
+    rejects written as its `repr` escape (line and paragraph separators, NEL, form feed, control and
+    format characters, lone surrogates), so the literal is one physical line for any tool that splits
+    lines, and the source always encodes as UTF-8. A `{{NAME}}` placeholder becomes a read of
+    `os.environ["QVL_SECRET_NAME"]` (concatenated with the literal parts), built as an expression here,
+    so the script types the secret at replay time and its value never sits in the file; `secrets=False`
+    keeps placeholders as text (URLs, where a placeholder stands for a masked value).
+  - `comment_text` and `docstring_text` put run data into a `#` comment or the script's docstring, with
+    the same escapes (and, for the docstring, no quote or backslash that could end it).
+
+Pure: standard library only. `UnsafeValue` is raised for anything else (an object, a number too large to
+write, NaN), which a trace written by the executor never holds.
+"""
+
+from __future__ import annotations
+
+import math
+
+from qvl_agent.errors import InputError
+from qvl_agent.secrets import PLACEHOLDER, env_name
+
+__all__ = ["UnsafeValue", "comment_text", "docstring_text", "env_read", "lit", "string_literal"]
+
+MAX_ABS_NUMBER = 10**15  # far beyond any CSS pixel, count or tab index; keeps repr short and exact
+
+
+class UnsafeValue(InputError):
+    """A recorded value the exporter will not write into a script."""
+
+
+def _escape(ch: str) -> str:
+    return repr(ch)[1:-1]  # only ever called for a non-printable character: never a quote
+
+
+def string_literal(text: str) -> str:
+    """`text` as a double-quoted Python literal on one line (no placeholder handling)."""
+    if not isinstance(text, str):
+        raise UnsafeValue(f"A recorded value is not text: {type(text).__name__}.")
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(_escape(ch))  # \n, \x0c, \x85, \u2028, \ud800, \u202e ...
+    return '"' + "".join(out) + '"'
+
+
+def env_read(name: str) -> str:
+    """The expression reading secret `name` at replay time (`name` as `secrets.PLACEHOLDER` matched it)."""
+    return f"os.environ[{string_literal(env_name(name))}]"
+
+
+def _text(value: str, secrets: bool) -> str:
+    if not secrets or not PLACEHOLDER.search(value):
+        return string_literal(value)
+    parts: list[str] = []
+    at = 0
+    for match in PLACEHOLDER.finditer(value):
+        if match.start() > at:
+            parts.append(string_literal(value[at : match.start()]))
+        parts.append(env_read(match.group(1)))
+        at = match.end()
+    if at < len(value):
+        parts.append(string_literal(value[at:]))
+    return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
+
+
+def _number(value: int | float) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UnsafeValue(f"A recorded number is not finite: {value!r}.")
+    if abs(value) > MAX_ABS_NUMBER:
+        raise UnsafeValue("A recorded number is out of range.")
+    return repr(value)
+
+
+def lit(value, *, secrets: bool = True) -> str:
+    """Python source for `value` (see the module docstring)."""
+    if isinstance(value, str):
+        return _text(value, secrets)
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int | float):
+        return _number(value)
+    if isinstance(value, list | tuple):
+        items = ", ".join(lit(v, secrets=secrets) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise UnsafeValue("A recorded mapping has a key that is not text.")
+        return "{" + ", ".join(f"{string_literal(k)}: {lit(v, secrets=secrets)}" for k, v in value.items()) + "}"
+    raise UnsafeValue(f"A recorded value cannot be written into a script: {type(value).__name__}.")
+
+
+def comment_text(text) -> str:
+    """`text` on one line, safe for a `#` comment or a terminal: every non-printable character escaped."""
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in str(text))
+
+
+def docstring_text(text: str) -> str:
+    """`text` on one line inside a triple-quoted docstring: escapes kept as text, no quote or backslash
+    that could end the string or start an escape, placeholders left as they are."""
+    one_line = comment_text(" ".join(str(text).split()))
+    return one_line.replace("\\", "\\\\").replace('"', '\\"')
