@@ -73,9 +73,9 @@ def locator_code(page: ast.expr, locator: dict) -> str:
     """The same as source, its strings written by the exporter's own literal builder (double quotes, every
     unprintable character escaped), as the rest of an exported script."""
     method, arg, keywords = _parts(locator)
-    args = [string_literal(str(arg))] + [
-        f"{k}={string_literal(v) if isinstance(v, str) else v!r}" for k, v in keywords.items()
-    ]
+    args = [string_literal(str(arg))]
+    for key, value in keywords.items():
+        args.append(f"{key}={string_literal(value) if isinstance(value, str) else repr(value)}")
     return f"{ast.unparse(page)}.{method}({', '.join(args)})"
 
 

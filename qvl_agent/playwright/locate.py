@@ -69,7 +69,8 @@ NEAR_JS = """(t) => {
 }"""
 
 # Facts about an element that the candidate locators are built from, plus a unique CSS path.
-_INFO_JS = """
+_INFO_JS = (
+    """
 (t) => {
   const norm = s => (s || '').replace(/\\s+/g, ' ').trim();
   // An id that switches between letters and digits this often ("fc89yzs", "r-3Xk9") was generated when the
@@ -106,7 +107,9 @@ _INFO_JS = """
     return parts.join(' > ');
   };
   const labels = t.labels ? Array.from(t.labels).map(l => norm(l.innerText)).filter(Boolean) : [];
-  const near = (""" + NEAR_JS + """)(t);
+  const near = ("""
+    + NEAR_JS
+    + """)(t);
   const r = t.getBoundingClientRect();
   return {
     tag: t.tagName.toLowerCase(),
@@ -122,6 +125,7 @@ _INFO_JS = """
   };
 }
 """
+)
 
 # Counts the key listeners a page adds (installed before the page's own scripts), so that the recorder can
 # tell a field whose key events matter (`keys` in its state) from one where only the final value does.
