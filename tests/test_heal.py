@@ -261,3 +261,34 @@ def test_heal_with_the_replay_engine(tmp_path, server):
     assert result.returncode == 0, result.stderr
     assert server.records("moved") == [case.expected]
     assert (tmp_path / "out.healed.py").exists()
+
+
+def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
+    """The MCP `replay` tool runs a script's text in the sandbox; with heal=true it comes back healed."""
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.mcp_server.tools import ScreenTools
+    from tests.pages.helpers import CHROMIUM
+
+    case = CASES[0]
+    record_on_a(tmp_path, server, case)
+    script = (tmp_path / "out.py").read_text()
+    server.site = "b"
+    at = measure_along(f"{server.url}/site/renamed.html", [("measure", "#go")])
+    engine = ReplayEngine([click_at(at["#go"])])
+    tools = ScreenTools(engine, Settings(), browser=CHROMIUM)
+
+    server.clear()
+    plain = tools.replay(script, timeout_s=120)
+    assert plain["exit_status"] == 1 and plain["heals"] == [] and plain["healed_script"] == ""
+    assert engine.position == 0  # without heal the model is never asked
+
+    server.clear()
+    healed = tools.replay(script, heal=True, timeout_s=120)
+    assert healed["exit_status"] == 0, healed
+    assert server.records("renamed") == [case.expected]
+    [heal] = healed["heals"]
+    assert heal["failing"] == 'page.get_by_role("button", name="Sign up", exact=True)'
+    assert heal["locator"] == 'page.get_by_role("button", name="Create account", exact=True)'
+    assert 'page.get_by_role("button", name="Create account", exact=True).click()' in healed["healed_script"]
+    assert healed["report"].endswith("report.html")

@@ -84,7 +84,7 @@ def test_stdio_every_screen_tool_and_every_refusal(x_display, tmp_path):
     async def session():
         async with _stdio(tmp_path, "--engine", engine) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert set(tools) == {"ask_screen", "locate", "run_task", "browse", "screenshot"}
+            assert set(tools) == {"ask_screen", "locate", "run_task", "browse", "replay", "screenshot"}
             for tool in tools.values():
                 assert tool.description and len(tool.description) > 60
                 assert tool.input_schema["type"] == "object"
