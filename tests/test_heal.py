@@ -1,7 +1,8 @@
 """`qvl-agent replay --heal` on a site that changed: each page has an A version (where the run is recorded and
 exported) and a B version served later at the same URL: a renamed button, an element moved to another
-container, ids made up anew on every load, a changed label, two unnamed fields that swapped places, and a
-cookie banner that covers the page the first time.
+container, ids made up anew on every load, a changed label, two unnamed fields that swapped places, a
+second button of the same name (a strict-mode violation), and a cookie banner that covers the page the
+first time.
 
 For each: the script exported on A fails on B with plain `python` and with `qvl-agent replay`; with
 `replay --heal` and a grounding oracle (an OpenAI-compatible server that answers from a separate look at
@@ -101,6 +102,15 @@ CASES = [
             'page.locator("body > form > div:nth-of-type(1) > input").fill("Rome")',
         ],
         2,
+    ),
+    Case(
+        "twice",
+        [("measure", "button[data-d=old]")],
+        lambda at: [click_at(at["button[data-d=old]"]), DONE],
+        {"deleted": "old"},
+        {'the "Delete" button after "Old draft"': "button[data-d=old]"},  # two "Delete" buttons now
+        ['page.locator("body > main > div:nth-of-type(2) > button").click()'],
+        1,
     ),
     Case(
         "cookie",

@@ -184,9 +184,10 @@ class HealService:
     def _question(self, message: dict) -> tuple[Heal | None, dict]:
         intent = clean_intent(message.get("intent"))
         kind = "cover" if message.get("kind") == "cover" else "locate"
+        error = _text(message.get("error"))
         heal = Heal(
-            intent.get("step"), kind, describe(intent), _text(message.get("failing")), _text(message.get("error")),
-            clean_where(message.get("where")),
+            intent.get("step"), kind, describe(intent, many="strict mode violation" in error),
+            _text(message.get("failing")), error, clean_where(message.get("where")),
         )  # fmt: skip
         if len([h for h in self.heals if not h.reused]) >= MAX_HEALS:
             return None, self._stop(

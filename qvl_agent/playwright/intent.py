@@ -142,14 +142,15 @@ _NOUNS = {
 }
 
 
-def describe(intent: dict) -> str:
+def describe(intent: dict, many: bool = False) -> str:
     """The step's target in words, for the grounding question: 'the "Sign up" button', 'the text field after
-    "Quantity"'. The reason, when the run recorded one, follows in parentheses."""
+    "Quantity"'. The reason, when the run recorded one, follows in parentheses. `many`: the page now has
+    several elements of that name, so the caption is what tells the step's own apart."""
     role, name, near = intent.get("role", ""), intent.get("name", ""), intent.get("near", "")
     noun = _NOUNS.get(role, role or "element")
     text = f'the "{name}" {noun}' if name else f"the {noun}"
     # A name found by its place (a CSS path) is not unique on the page: its caption tells it apart.
-    if near and near != name and (not name or (intent.get("locator") or {}).get("kind") == "css"):
+    if near and near != name and (many or not name or (intent.get("locator") or {}).get("kind") == "css"):
         text += f' after "{near}"'
     if intent.get("reason"):
         text += f" ({intent['reason']})"
