@@ -7,6 +7,7 @@ import pytest
 
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Screenshot
+from qvl_agent.playwright.header import with_header
 from qvl_agent.playwright.scripts import extract_script, write_script
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, write_replay
@@ -83,7 +84,8 @@ def test_verify_feeds_a_failing_script_back_and_keeps_the_one_that_passes(tmp_pa
     assert "os.system" in result.stderr
     assert "attempt 2: running it failed" in result.stderr
     assert "attempt 3: passed the policy and verification" in result.stderr
-    assert out.read_text() == extract_script(replies[2])
+    assert out.read_text() == with_header(extract_script(replies[2]), "login.py", [server.url])
+    assert out.read_text().splitlines()[1].startswith("# Run it with: qvl-agent replay login.py")
     assert not marker.exists()
     # Only the script that passed signed in, in its own browser.
     assert server.records("login") == [{"username": "grace", "password": "hopper"}]
@@ -172,16 +174,20 @@ def test_a_failed_verification_shows_the_scripts_own_error_and_keeps_the_last_at
     assert 'name="Log in"' in failure.split("attempt 2")[0]
     assert "did not finish within" not in result.stderr
     assert not out.exists()
-    assert (tmp_path / "login.rejected.py").read_text() == extract_script(wrong)
+    assert (tmp_path / "login.rejected.py").read_text() == with_header(
+        extract_script(wrong), "login.rejected.py", [server.url]
+    )
     assert "login.rejected.py" in result.stderr
 
 
-def test_files_the_verified_script_wrote_are_kept_beside_it(tmp_path, server):
+def test_files_the_verified_script_wrote_are_kept_in_a_new_folder_beside_it(tmp_path, server):
+    (tmp_path / "login.png").write_bytes(b"the person's own photo")
     replay = write_replay(tmp_path / "replies.json", [SHOT.format(url=server.url)])
     out = tmp_path / "shot.py"
     result = verify(server, replay, out, "Take a screenshot")
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "login.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / "shot.verified" / "login.png").read_bytes().startswith(b"\x89PNG")
+    assert (tmp_path / "login.png").read_bytes() == b"the person's own photo"
     assert "login.png" in result.stderr
 
 
@@ -197,12 +203,12 @@ def test_verify_refuses_without_bubblewrap_unless_told_to_run_unsafely(tmp_path,
     assert refused.returncode == 2
     assert "install the package `bubblewrap`" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "a.py").exists() and not (tmp_path / "login.png").exists()
+    assert not (tmp_path / "a.py").exists() and not (tmp_path / "a.verified").exists()
 
     unsafe = run_cli(*args, "--unsafe-verify", "-o", str(tmp_path / "b.py"), "Take a screenshot", env=env, timeout=240)
     assert unsafe.returncode == 0, unsafe.stderr
     assert "warning" in unsafe.stderr and "your own rights" in unsafe.stderr
-    assert (tmp_path / "login.png").exists()
+    assert (tmp_path / "b.verified" / "login.png").exists()
 
 
 HOSTILE_OUTPUT = """```python
@@ -257,6 +263,92 @@ def test_a_download_under_a_name_that_runs_by_itself_is_not_kept(tmp_path, serve
     out = tmp_path / "get.py"
     result = verify(server, replay, out, "Download the report")
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "report.csv").read_text() == "a,b"
+    assert (tmp_path / "get.verified" / "report.csv").read_text() == "a,b"
     assert not (tmp_path / "conftest.py").exists()
     assert "not kept conftest.py" in result.stderr
+
+
+SCRAPER = """```python
+import csv, os
+from playwright.sync_api import sync_playwright
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ["QVL_BROWSER"])
+    page = browser.new_page()
+    page.goto("{url}/login.html")
+    rows = []
+    for field in page.get_by_role("textbox").all():
+        print("field", field.get_attribute("name"))
+        rows.append([field.get_attribute("name")])
+    with open("fields.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    page.pdf(path="page.pdf")
+    browser.close()
+```"""
+
+
+def test_an_ordinary_scraper_that_prints_in_a_loop_verifies(tmp_path, server):
+    replay = write_replay(tmp_path / "replies.json", [SCRAPER.format(url=server.url)])
+    out = tmp_path / "scrape.py"
+    result = verify(server, replay, out, "List the fields")
+    assert result.returncode == 0, result.stderr
+    assert "attempt 1: passed the policy and verification" in result.stderr
+    assert (tmp_path / "scrape.verified" / "fields.csv").read_text().split() == ["username", "password"]
+    assert (tmp_path / "scrape.verified" / "page.pdf").read_bytes().startswith(b"%PDF")
+
+
+BYPASSES = """```python
+import argparse, os
+from playwright.sync_api import sync_playwright
+
+def gen():
+    yield 1
+
+g = gen()
+match g:
+    case object(gi_frame=frame):
+        imp = frame.f_builtins["__import__"]
+        imp("os").system("touch {marker}")
+parser = argparse.ArgumentParser("x", None, None, None, [], argparse.HelpFormatter, "-", "@")
+parser.add_argument("rest", nargs="*")
+try:
+    print(parser.parse_args(["@{secret}"]))
+except SystemExit:
+    print("no such file in here")
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=os.environ["QVL_BROWSER"])
+    page = browser.new_page()
+    try:
+        page.goto("file://{secret}")
+        print(page.content())
+    except Exception:
+        pass
+    page = browser.new_page()
+    page.goto("{url}/login.html")
+    for name in [".git/config", ".ssh/authorized_keys", ".config/autostart/x.desktop"]:
+        os.makedirs(os.path.dirname(name), exist_ok=True)
+        page.screenshot(path=name, type="png")
+    for name in ["AGENTS.md", "CLAUDE.md", "requirements.txt"]:
+        open(name, "w").write("evil")
+    browser.close()
+```"""
+
+
+def test_policy_bypasses_pass_the_lint_but_have_no_effect_when_verified(tmp_path, server):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".git").mkdir()
+    (home / ".git" / "config").write_text("[core]\n")
+    secret = tmp_path / "id_rsa"
+    secret.write_text("secret-key-material")
+    marker = tmp_path / "bypass-ran"
+    before = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    replay = write_replay(tmp_path / "replies.json", [BYPASSES.format(marker=marker, secret=secret, url=server.url)])
+    result = verify(server, replay, home / "evil.py", "Do it")
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    assert "secret-key-material" not in result.stderr
+    assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file() and p.parent == home / ".git"} == before
+    assert not (home / ".ssh").exists() and not (home / ".config").exists()
+    assert not any((home / name).exists() for name in ("AGENTS.md", "CLAUDE.md", "requirements.txt"))
+    assert not (home / "evil.verified").exists()  # nothing it wrote was worth keeping

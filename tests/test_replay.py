@@ -256,3 +256,24 @@ def test_hidden_runnable_and_instruction_files_never_reach_the_persons_folder(se
     assert (folder / "photo.png").read_bytes() == b"my photo"
     assert not (folder.parent / "escape.png").exists()
     assert "not kept .git/config" in err and "not kept AGENTS.md" in err
+
+
+def test_the_memory_setting_holds_for_shared_memory(folder, capsys, monkeypatch):
+    # memfds mapped shared: neither heap nor private memory. 1 GB against a setting of 512 MB.
+    monkeypatch.setenv("QVL_SANDBOX_MEMORY_MB", "512")
+    body = (
+        "import mmap, os, time\n"
+        "maps = []\n"
+        "for n in range(16):\n"
+        "    fd = os.memfd_create(f'm{n}')\n"
+        "    os.ftruncate(fd, 64 << 20)\n"
+        "    m = mmap.mmap(fd, 64 << 20, mmap.MAP_SHARED)\n"
+        "    for i in range(0, 64 << 20, 4096):\n"
+        "        m[i] = 1\n"
+        "    maps.append(m)\n"
+        "print('held it all', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    (folder / "hog.py").write_text(with_header(body, "hog.py", []))
+    code, out, err = replay(capsys, str(folder / "hog.py"))
+    assert code == 1 and "more than 512 MB of memory" in err and "held it all" not in out

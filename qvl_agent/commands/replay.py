@@ -170,7 +170,8 @@ def _print_heals(healing) -> None:
         sys.stdout.write(printable(healing.diff, keep="\n\t"))
         sys.stdout.flush()
     elif healing.not_written:
-        print(f"qvl-agent: no healed script was written: {printable(healing.not_written.rstrip('.'))}.", file=sys.stderr)
+        why = printable(healing.not_written.rstrip("."))
+        print(f"qvl-agent: no healed script was written: {why}.", file=sys.stderr)
     elif not healing.heals and healing.ok:
         print("qvl-agent: no step needed healing.", file=sys.stderr)
     if healing.trace_dir is not None:

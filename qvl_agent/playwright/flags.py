@@ -1,5 +1,5 @@
 """The Chromium command-line flags qvl-agent passes, in one place that imports nothing but the standard
-library (the script policy and the export compiler use it without Playwright)."""
+library (the export compiler uses it without Playwright)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,4 @@ CHROMIUM_ARGS: tuple[str, ...] = (
     "--no-first-run",
     "--disable-sync",
     "--disable-quic",
-)
-
-# What a model-written script may pass as `args=`: the flags above and a few more that only turn things
-# off. Anything else is refused, since flags such as --renderer-cmd-prefix make Chromium run programs.
-SAFE_CHROMIUM_ARGS: tuple[str, ...] = CHROMIUM_ARGS + (
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-extensions",
-    "--mute-audio",
 )

@@ -1,31 +1,41 @@
-"""Run a model-written Playwright script inside a bubblewrap sandbox.
+"""Run a Playwright script inside a bubblewrap sandbox: every run of a saved or model-written script.
 
-`run_sandboxed(source, url=..., browser=..., timeout_s=...)` runs the script with its own fresh Chromium
-and returns how it ended, its last output and the files it wrote. What the script can touch:
+`run_sandboxed(source, origins=..., browser=..., timeout_s=...)` runs the script with its own fresh Chromium
+and returns how it ended, its last output and the files it wrote. Verification (`scripts.verify_script`),
+`qvl-agent replay` (`replay.py`), the tray and the MCP server all run scripts through it; no path runs
+model-written code without it unless the person names `--unsafe-verify`. What the script can touch:
 
 - **Files:** a new mount namespace holding the system folders (/usr and the /etc entries that Chromium
   and Python need), the Python installation, the browser and Playwright's driver, all read-only; no home
-  folder, no host /tmp (a size-capped tmpfs instead). The scratch folder, its working directory, is the one
-  writable place on disk. A page's own file:// target is bound read-only, alone.
+  folder, no host /tmp. After set-up the root itself and /dev are remounted read-only (`--remount-ro`:
+  bubblewrap's root is a tmpfs no `--size` reaches), so the only writable places are three tmpfs mounts
+  of a fixed size (`--size`): /tmp, /dev/shm and the scratch folder /scratch, the working directory. The
+  kernel refuses bytes past their size, files unlinked while still open included, and the host's disk
+  never holds them. When the script ends, the files under /scratch come back through a pipe
+  (`sandbox_files.py`), at most COPY_BYTES; where they go is `copy_back.py`'s rule. A page's own file://
+  target is bound read-only, alone, when the caller asks.
 - **Processes:** a new PID namespace that dies with the parent (`--die-with-parent`): when the timeout
   kills bubblewrap, the kernel ends every process inside. A new session (no terminal to type into), all
   capabilities dropped (only CAP_NET_BIND_SERVICE, scoped to the sandbox's own user and network
-  namespaces, when the target's port is below 1024).
+  namespaces, when an origin's port is below 1024). A seccomp filter (`sandbox_seccomp.py`) lets no
+  process make a user namespace again, so none makes a PID, mount or network namespace of its own either.
 - **Resources:** memory per process (RLIMIT_DATA: Chromium and V8 reserve tens of GB of address space
   they never touch, so RLIMIT_AS would stop Chromium from starting), processes and threads (RLIMIT_NPROC,
   counted inside the sandbox's user namespace; the kernel exempts root), bytes per file written
-  (RLIMIT_FSIZE), no core files. Output goes to a file capped by that limit, never into a pipe to this
-  process: only its last bytes are read back. What no kernel limit holds (processes when run as root, the
-  scratch folder's total size) `sandbox_watch.Watchdog` checks from outside, ending the run past a limit.
-- **Network:** a new network namespace whose only interface is its own loopback. The script's URL names
-  a host; inside, /etc/hosts maps that host to loopback and `sandbox_init.py` listens on its port, handing
-  each connection to a unix socket bound in from here. Behind that socket this module connects to the
-  target's address, resolved once before the run (a DNS answer cannot change where it goes), and to
-  nothing else. So the same URL works unchanged inside, whatever browser flags or HTTP client the script
-  uses; any other port on loopback, any other host, the host's private and link-local addresses and its
-  abstract unix sockets (X11, D-Bus) do not exist in there. The forwarder is a plain TCP relay, so TLS
-  stays end to end. (The alternative, Chromium's --proxy-server and --host-resolver-rules, would need the
-  script to launch Chromium our way and would leave Playwright's own HTTP client outside the rule.)
+  (RLIMIT_FSIZE, which also caps each memfd), no core files. Output goes to a file capped by that limit,
+  never into a pipe to this process: only its last bytes are read back. What no kernel limit holds here
+  (processes when run as root, the memory of all processes together with shared memory and the tmpfs
+  folders, the number of files) `sandbox_watch.Watchdog` checks from outside, ending the run past a limit.
+- **Network:** a new network namespace whose only interface is its own loopback. Each origin the script
+  may reach names a host; inside, /etc/hosts maps that host to a loopback address of its own and
+  `sandbox_init.py` listens on its port there, handing each connection to a unix socket bound in from
+  here. Behind each socket this module connects to that origin's address, resolved once before the run (a
+  DNS answer cannot change where it goes), and to nothing else. So the same URLs work unchanged inside,
+  whatever browser flags or HTTP client the script uses; any other port on loopback, any other host, the
+  host's private and link-local addresses and its abstract unix sockets (X11, D-Bus) do not exist in
+  there. The forwarder is a plain TCP relay, so TLS stays end to end. (The alternative, Chromium's
+  --proxy-server and --host-resolver-rules, would need the script to launch Chromium our way and would
+  leave Playwright's own HTTP client outside the rule.)
 - **Environment:** six variables: PATH, HOME=/tmp, TMPDIR=/tmp, LANG, QVL_BROWSER, PYTHONDONTWRITEBYTECODE.
 """
 

@@ -10,11 +10,12 @@ more than `ENTRIES` files and folders:
   counted, whoever runs it and whatever namespace it is in.
 - **Memory:** RLIMIT_DATA caps each process's heap, not shared memory, and a few processes together could
   still take the machine's memory (and the out-of-memory killer might pick the model's process instead).
-  Summed here: each descendant's proportional set size (PSS: its private pages and its share of shared
-  and file-backed pages, a shared `mmap` of a memfd included), every memfd held open but not mapped (by
-  its allocated size, each once), and what the sandbox's tmpfs folders (/tmp, /dev/shm, the scratch
-  folder) hold. Where a cgroup v2 with the memory controller is delegated, `memory.max` would do this
-  in the kernel; this check works without one.
+  Summed here: each descendant's resident anonymous and shared memory (a shared `mmap` of a memfd
+  included), every memfd held open (by its allocated size, each once, mapped or not), and what the
+  sandbox's tmpfs folders (/tmp, /dev/shm, the scratch folder) hold. File-backed pages of the read-only
+  system folders are the page cache, which the kernel reclaims. (A delegated cgroup v2 with
+  `memory.max` and `pids.max` would hold both limits in the kernel; few desktops delegate one to a
+  user's process, so this check is what holds everywhere.)
 - **Disk:** the scratch folder, /tmp and /dev/shm are sized tmpfs mounts: the kernel refuses bytes past
   their size, files unlinked while still open included. Their number of files is counted here (a tmpfs
   without a size for inodes would let a script fill kernel memory with empty files).
@@ -153,33 +154,32 @@ def _threads(pid: int) -> int:
 
 
 def memory_of(pids: list[int]) -> int:
-    """Bytes held by `pids` together: each one's PSS, plus every memfd or deleted shared-memory file they
-    hold open (counted once, whether or not it is also mapped: counting too much only stops a run early)."""
+    """Bytes held by `pids` together: each one's resident anonymous and shared memory (RssAnon + RssShmem:
+    a shared mapping of a memfd or of /dev/shm counts in full for every process that maps it, which only
+    counts too much), plus every memfd they hold open (each once, by its allocated size), mapped or not.
+
+    The kernel's counters in /proc/PID/status, not the PSS of smaps_rollup: that walks every page table,
+    hundreds of milliseconds a poll for a few Chromium processes on a busy machine, which a fast
+    allocation loop would use to get further past the limit."""
     total = 0
     held: dict[tuple[int, int], int] = {}
     for pid in pids:
         try:
-            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            with open(f"/proc/{pid}/status", "rb") as f:
                 for line in f:
-                    if line.startswith(b"Pss:"):
+                    if line.startswith((b"RssAnon:", b"RssShmem:")):
                         total += int(line.split()[1]) * 1024
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-        try:
             fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
         for fd in fds:
             try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                if not (target.startswith("/memfd:") or target.startswith("/dev/shm/")):
+                if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
                     continue
                 info = os.stat(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-            if not target.startswith("/dev/shm/"):  # /dev/shm is the sized tmpfs, counted by its usage
-                held[info.st_dev, info.st_ino] = info.st_blocks * 512
+            held[info.st_dev, info.st_ino] = info.st_blocks * 512
     return total + sum(held.values())
 
 
