@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import io
 import json
 import socket
@@ -14,6 +15,7 @@ import pytest
 from PIL import Image
 
 from qvl_agent.engine.replay import ReplayEngine
+from qvl_agent.grounding import point_or_click
 from qvl_agent.playwright import heal, intent
 from qvl_agent.playwright.heal_rewrite import Edit, RewriteError, healed_source, unified_diff
 from qvl_agent.report import render_report
@@ -165,7 +167,8 @@ def _click(x: int, y: int) -> str:
 @pytest.fixture
 def service(tmp_path):
     engine = ReplayEngine([_click(500, 500), _click(250, 250), _click(100, 100)])
-    svc = heal.HealService(engine, tmp_path / "heal.sock").start()
+    svc = heal.HealService(functools.partial(point_or_click, engine), tmp_path / "heal.sock").start()
+    svc.engine = engine
     yield svc
     svc.stop()
 

@@ -21,6 +21,7 @@ the model is unsure of stops the replay with one sentence (exit 1).
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -121,14 +122,16 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: str, output: Path | None):
     from qvl_agent.engine import open_engine
+    from qvl_agent.grounding import point_or_click
     from qvl_agent.playwright.heal_replay import heal_replay
     from qvl_agent.trace import default_trace_dir
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     with open_engine(settings) as engine:
         return heal_replay(
-            script, engine, trace_dir=trace_dir, browser=browser, timeout_s=args.timeout, output=output,
-            allow=args.allow_domain, url=args.url, memory_mb=settings.sandbox_memory_mb,
+            script, functools.partial(point_or_click, engine), engine_name=engine.name, trace_dir=trace_dir,
+            browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
+            memory_mb=settings.sandbox_memory_mb,
         )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ the calling model can act on), and returns plain data. `server.py` wraps them as
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -194,6 +195,7 @@ class ScreenTools:
         locator broke is repaired by the model from a screenshot and the step's intent, and the healed
         script's text comes back. Returns {"exit_status", "output", "heals", "stopped", "healed_script",
         "diff", "report", "folder"}."""
+        from qvl_agent.grounding import point_or_click
         from qvl_agent.playwright.chromium import find_browser
         from qvl_agent.playwright.heal_replay import failing_code, heal_replay, new_code
         from qvl_agent.playwright.replay import replay_script
@@ -215,7 +217,8 @@ class ScreenTools:
         with self._lock:
             if heal:
                 healing = heal_replay(
-                    path, self.engine, trace_dir=run_dir / "heals", browser=browser, timeout_s=timeout_s,
+                    path, functools.partial(point_or_click, self.engine), engine_name=self.engine.name,
+                    trace_dir=run_dir / "heals", browser=browser, timeout_s=timeout_s,
                     output=output, memory_mb=self.settings.sandbox_memory_mb,
                 )  # fmt: skip
                 result = healing.replay

@@ -1,11 +1,11 @@
 """Healing a replay, the side outside the sandbox: the model answers the hook's questions; every heal is kept.
 
-`HealService(engine, source)` listens on a unix socket that `replay --heal` binds into the sandbox, where
+`HealService(ask, path)` listens on a unix socket that `replay --heal` binds into the sandbox, where
 `heal_hook.py` wraps the script's Playwright calls. For each step that broke, the hook sends the step's
-intent and a screenshot of the page; this side asks the model where that element is now, in Qwen3-VL's
-official grounding form (`grounding.py`: the ScreenSpot adapter's `left_click` question, with the step's
-intent in words), and falls back to the agent's own computer-use turn when the grounding reply names no
-point. A page covered by something new (a cookie banner intercepting the click) gets the question "close
+intent and a screenshot of the page; this side asks the model where that element is now (`ask`, in
+practice `grounding.point_or_click`: Qwen3-VL's official grounding form, the ScreenSpot adapter's
+`left_click` question with the step's intent in words, and the agent's own computer-use turn when that
+reply names no point). A page covered by something new (a cookie banner intercepting the click) gets the question "close
 what covers the page" instead. The point goes back in CSS pixels; the hook resolves it to an element and a
 locator and says what it found. A found element of another role than the intent's, or no element at all,
 stops the replay here with one sentence; otherwise the heal is recorded: the failing locator, the
@@ -24,15 +24,12 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent import actions as A
-from qvl_agent import grounding, prompts
-from qvl_agent.engine.base import Engine, GenerationOptions
-from qvl_agent.errors import ParseError, QvlError
-from qvl_agent.image import GRID, Screenshot, load_image_bytes, to_model, to_pixels
-from qvl_agent.parse import parse_actions
+from qvl_agent.errors import QvlError
+from qvl_agent.image import Screenshot, load_image_bytes, to_model
 from qvl_agent.playwright.intent import describe
 
 MAX_HEALS = 20  # a script that breaks more often than this has changed too much to heal step by step
@@ -72,8 +69,9 @@ class Heal:
     reused: bool = False  # the same locator, healed earlier in the run, used again without asking
 
 
-class HealStop(QvlError):
-    pass
+# The model's side: (screenshot, what to find) -> (its whole reply, the point in the screenshot's pixels or
+# None). `grounding.point_or_click` on an engine; this package does not talk to engines itself.
+Asker = Callable[[Screenshot, str], tuple[str, "tuple[float, float] | None"]]
 
 
 def _text(value, limit: int = MAX_TEXT) -> str:
@@ -115,10 +113,9 @@ class HealService:
     """The model behind the hook: answers over a unix socket, keeps `heals`, and `stopped` (the sentence
     a step that could not be healed stopped the replay with)."""
 
-    def __init__(self, engine: Engine, path: Path, options: GenerationOptions | None = None):
-        self.engine = engine
+    def __init__(self, ask: Asker, path: Path):
+        self.ask = ask
         self.path = path
-        self.options = options or GenerationOptions(max_new_tokens=grounding.MAX_NEW_TOKENS)
         self.heals: list[Heal] = []
         self.stopped = ""
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -201,7 +198,7 @@ class HealService:
         question = heal.description if kind == "locate" else COVER_QUESTION
         started = time.perf_counter()
         try:
-            heal.reply, point = self._ask(heal.shot, question)
+            heal.reply, point = self.ask(heal.shot, question)
         except QvlError as exc:
             return None, self._stop(f"{_step_name(heal)} was not healed: the model could not be asked ({exc}).")
         heal.model_ms = (time.perf_counter() - started) * 1000
@@ -211,32 +208,6 @@ class HealService:
             return None, self._stop(f"{_step_name(heal)} was not healed: {heal.problem}; the replay stops here.")
         heal.point = point
         return heal, {"point": list(point)}
-
-    def _ask(self, shot: Screenshot, question: str) -> tuple[str, tuple[float, float] | None]:
-        """The model's reply and its point in the screenshot's pixels: the grounding question first, the
-        agent's computer-use turn when that reply names no point."""
-        reply, ms = grounding.ask(self.engine, shot, question, self.options)
-        try:
-            found = grounding.grounded(reply, ms, shot)
-            return reply, (float(found.x), float(found.y))
-        except ParseError:
-            pass
-        system = prompts.load("computer_use").render(screen_width=GRID, screen_height=GRID)
-        session = self.engine.open_session(system=system)
-        try:
-            second = session.complete(f"Click {question}.", [shot], GenerationOptions(max_new_tokens=256))
-        finally:
-            session.close()
-        try:
-            for action in parse_actions(second):
-                touched = A.points(action)
-                if touched:
-                    mx, my = (min(max(float(v), 0.0), float(GRID)) for v in touched[0])
-                    x, y = to_pixels(mx, my, shot)
-                    return reply + "\n" + second, (float(x), float(y))
-        except ParseError:
-            pass
-        return reply + "\n" + second, None
 
     def _resolved(self, heal: Heal, message: dict) -> dict:
         heal.locator = clean_locator(message.get("locator"))

@@ -1,6 +1,6 @@
 """`replay --heal`: a sandboxed replay whose broken steps the model repairs, and what comes out of it.
 
-`heal_replay(script, engine, ...)` runs the script the way `replay.replay_script` does (the same sandbox,
+`heal_replay(script, ask, ...)` runs the script the way `replay.replay_script` does (the same sandbox,
 origins and output folder), with two things more inside: a unix socket to a `heal.HealService` and
 `heal_hook.py` run before the script (with `locate.py` beside it, the same element resolver the recorder
 uses). Why inside: the script drives its own Chromium in the sandbox, which nothing outside can reach;
@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.engine.base import Engine
 from qvl_agent.playwright import heal_rewrite
-from qvl_agent.playwright.heal import Heal, HealService, model_point
+from qvl_agent.playwright.heal import Asker, Heal, HealService, model_point
 from qvl_agent.playwright.replay import ReplayResult, replay_script
 from qvl_agent.playwright.sandbox import SCRIPT_INSIDE, Bind
 from qvl_agent.playwright.steps import python_locator
@@ -59,8 +58,9 @@ def healed_name(script: Path) -> Path:
 
 def heal_replay(
     script: Path,
-    engine: Engine,
+    ask: Asker,
     *,
+    engine_name: str,
     trace_dir: Path,
     browser: str,
     timeout_s: float,
@@ -70,11 +70,12 @@ def heal_replay(
     url: str | None = None,
     memory_mb: int | None = None,
 ) -> HealResult:
-    """Replay `script` sandboxed, healing broken steps with `engine`; see the module docstring.
+    """Replay `script` sandboxed, healing broken steps with the model behind `ask` (`engine_name` goes into
+    the report); see the module docstring.
     Raises what `replay_script` raises, and InputError when `trace_dir` cannot be written."""
     source = script.read_text(encoding="utf-8")
     trace = TraceWriter(trace_dir)
-    trace.start(task=f"replay --heal {script.name}", engine=engine.name, executor="playwright (sandbox)", mode="heal")
+    trace.start(task=f"replay --heal {script.name}", engine=engine_name, executor="playwright (sandbox)", mode="heal")
     with tempfile.TemporaryDirectory(prefix="qvl-heal-") as tmp:
         sock = Path(tmp) / "heal.sock"
         config = Path(tmp) / "heal.json"
@@ -83,7 +84,7 @@ def heal_replay(
                         "probe_ms": probe_ms}),
             encoding="utf-8",
         )  # fmt: skip
-        service = HealService(engine, sock).start()
+        service = HealService(ask, sock).start()
         try:
             replayed = replay_script(
                 script, browser=browser, timeout_s=timeout_s, output=output, allow=allow, url=url, memory_mb=memory_mb,
