@@ -207,7 +207,7 @@ def test_verify_refuses_without_bubblewrap_unless_told_to_run_unsafely(tmp_path,
 
     unsafe = run_cli(*args, "--unsafe-verify", "-o", str(tmp_path / "b.py"), "Take a screenshot", env=env, timeout=240)
     assert unsafe.returncode == 0, unsafe.stderr
-    assert "warning" in unsafe.stderr and "your own rights" in unsafe.stderr
+    assert "warning" in unsafe.stderr and "all your rights, unsandboxed" in unsafe.stderr
     assert (tmp_path / "b.verified" / "login.png").exists()
 
 

@@ -210,9 +210,11 @@ def test_a_script_without_header_gets_no_network_unless_allowed(server, folder, 
     assert f"reached {url}" in out and "without network" not in err
 
 
-def test_a_host_file_is_not_readable_through_file_urls(server, folder, capsys, tmp_path):
+def test_a_host_file_is_not_readable_by_any_route(server, folder, capsys, tmp_path):
+    # file:// pages, argparse's @file reader, and code reached through a class pattern on a frame.
     secret = tmp_path / "id_rsa"
     secret.write_text("secret-" + uuid.uuid4().hex)
+    marker = tmp_path / "bypass-ran"
     script = write(folder, (
         f"    for url in ['file://{secret}', 'file:///etc/shadow']:\n"
         "        try:\n"
@@ -220,10 +222,25 @@ def test_a_host_file_is_not_readable_through_file_urls(server, folder, capsys, t
         "            print(url, page.content())\n"
         "        except Exception:\n"
         "            print(url, 'unreachable')\n"
-        f"    print(open({str(secret)!r}).read() if os.path.exists({str(secret)!r}) else 'absent')\n"
+        "    import argparse\n"
+        "    parser = argparse.ArgumentParser('x', None, None, None, [], argparse.HelpFormatter, '-', '@')\n"
+        "    parser.add_argument('rest', nargs='*')\n"
+        "    try:\n"
+        f"        print(parser.parse_args(['@{secret}']))\n"
+        "    except SystemExit:\n"
+        "        print('no such file in here')\n"
+        "    def gen():\n"
+        "        yield 1\n"
+        "    match gen():\n"
+        "        case object(gi_frame=frame):\n"
+        "            shell = frame.f_builtins['__import__']('os').system\n"
+        f"            print('status', shell('cat {secret}; touch {marker}'))\n"
     ), [server.url])  # fmt: skip
     code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert "status " in out  # the route was taken, inside
     assert secret.read_text() not in out + err
+    assert not marker.exists()
 
 
 # --- hostile files ------------------------------------------------------------------------------------
@@ -277,3 +294,55 @@ def test_the_memory_setting_holds_for_shared_memory(folder, capsys, monkeypatch)
     (folder / "hog.py").write_text(with_header(body, "hog.py", []))
     code, out, err = replay(capsys, str(folder / "hog.py"))
     assert code == 1 and "more than 512 MB of memory" in err and "held it all" not in out
+
+
+def test_every_origin_of_the_header_is_reached_and_no_other(server, folder, capsys):
+    second = PageServer().start()
+    other = Listener()
+    try:
+        named = second.url.replace("127.0.0.1", "localhost")
+        urls = [server.url + "/login.html", named + "/help.html"]
+        script = write(folder, PROBE.format(urls=[*urls, f"http://127.0.0.1:{other.port}/"]), [server.url, named])
+        code, out, err = replay(capsys, str(script))
+    finally:
+        second.stop()
+    assert code == 0, err
+    assert f"reached {urls[0]}" in out and f"reached {urls[1]}" in out
+    assert other.received == []
+
+
+def test_an_exported_script_replays_and_takes_url(server, folder, capsys):
+    from qvl_agent.playwright.export import export_run
+
+    second = PageServer().start()
+    try:
+        export_run(folder / "run.py", server.url + "/login.html", [], None, task="open the page")
+        code, out, err = replay(capsys, str(folder / "run.py"))
+        assert code == 0, err
+        assert "Replayed" in out
+        # --url sends the script elsewhere; that origin is allowed for this run, and only for it.
+        code, out, err = replay(capsys, "--url", second.url + "/login.html", str(folder / "run.py"))
+        assert code == 0, err
+    finally:
+        second.stop()
+    assert read_origins((folder / "run.py").read_text()) == [server.url]
+
+
+def test_features_built_on_replay_can_bind_a_path_and_run_a_hook_inside(folder, tmp_path):
+    # What a later feature needs: a channel into the sandbox (here a folder bound read-only) and code of its
+    # own that runs inside before the script (here it marks the builtins, as a wrapper of Playwright would).
+    from qvl_agent.playwright.replay import replay_script
+    from qvl_agent.playwright.sandbox import Bind
+
+    channel = tmp_path / "channel"
+    channel.mkdir()
+    (channel / "hello.txt").write_text("from the host")
+    hook = tmp_path / "hook.py"
+    hook.write_text("import builtins\nbuiltins.QVL_HOOKED = 'yes'\n")
+    script = folder / "uses.py"
+    script.write_text("print('hooked', QVL_HOOKED)\nprint(open('/sandbox/channel/hello.txt').read())\n")
+    result = replay_script(
+        script, browser=BROWSER, timeout_s=60, binds=[Bind(str(channel), "/sandbox/channel")], init_hooks=[hook]
+    )
+    assert result.returncode == 0, result.output
+    assert "hooked yes" in result.output and "from the host" in result.output

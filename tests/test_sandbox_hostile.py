@@ -451,6 +451,17 @@ def test_no_nested_user_namespace_can_be_made(server):
     assert "NESTED USERNS MADE" not in result.output
 
 
+def test_system_v_shared_memory_that_no_process_holds_cannot_be_made(server):
+    script = HEADER + (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('shmget', libc.shmget(0, 256 << 20, 0o1600), ctypes.get_errno())\n"  # IPC_PRIVATE | IPC_CREAT
+        "print('msgget', libc.msgget(0, 0o1600), ctypes.get_errno())\n"
+    )
+    result = run(script, server)
+    assert "shmget -1 1" in result.output and "msgget -1 1" in result.output, result.output
+
+
 def test_shared_memory_counts_against_the_memory_limit(server):
     # memfd + a shared mapping: neither heap (RLIMIT_DATA) nor private memory. Each memfd stays under the
     # file size limit; 16 of them together would hold 1 GB against a limit of 512 MB.

@@ -42,7 +42,8 @@ def register(sub) -> None:
     p.add_argument(
         "--unsafe-verify",
         action="store_true",
-        help="with --verify: run scripts with your own rights when the bubblewrap sandbox is not available",
+        help="with --verify: run model-written scripts with ALL your rights when bubblewrap is not available "
+        "(nothing else stands in their way: the lint is advice, not protection)",
     )
     p.add_argument("--attempts", type=int, default=3, metavar="N", help="scripts to try at most (default 3)")
     p.add_argument("--timeout", type=float, default=60, metavar="S", help="seconds a verification may run")
@@ -74,7 +75,8 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         if problem:
             unsafe = True
             print(
-                f"qvl-agent: warning: {problem} Scripts will run with your own rights (--unsafe-verify).",
+                f"qvl-agent: warning: {problem} Model-written scripts will run with all your rights, unsandboxed "
+                "(--unsafe-verify).",
                 file=sys.stderr,
             )
     viewport = parse_viewport(args.viewport)

@@ -41,17 +41,14 @@ model-written code without it unless the person names `--unsafe-verify`. What th
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -60,7 +57,7 @@ from urllib.parse import urlsplit
 
 from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.playwright.sandbox_files import FileReceiver
-from qvl_agent.playwright.sandbox_init import pipe as _pipe  # the same byte relay runs on both sides
+from qvl_agent.playwright.sandbox_net import Forwarder, inside_addresses, port_of
 from qvl_agent.playwright.sandbox_seccomp import filter_program
 from qvl_agent.playwright.sandbox_watch import Watchdog, remove_tree
 
@@ -76,7 +73,6 @@ TMPFS_BYTES = 256 << 20  # /tmp and /dev/shm inside, each (tmpfs, sized)
 SCRATCH_BYTES = 256 << 20  # the scratch folder, the script's working directory (tmpfs, sized)
 OUTPUT_TAIL_BYTES = 16384  # what is read back from the output log
 COPY_BYTES = 64 << 20  # files copied back from the scratch folder, in all
-MAX_CONNECTIONS = 64  # open connections through the forwarder at once
 
 # /etc entries that Python, Chromium (Debian's launcher script reads /etc/chromium.d) and fontconfig read.
 # Only world-readable ones: as root, the sandbox's uid 0 is the owner of root's 0700 files.
@@ -193,19 +189,19 @@ def run_sandboxed(
             page_file = target.path
     targets = [urlsplit(o) for o in dict.fromkeys(origins)]
     work_dir = Path(tempfile.mkdtemp(prefix="qvl-sandbox-"))
-    forwarders: list[_Forwarder] = []
+    forwarders: list[Forwarder] = []
     try:
         (work_dir / "script.py").write_text(source, encoding="utf-8")
         extra: list[str] = []
         relays = []
         if targets:
-            listens, hosts = _inside_addresses(targets)
+            listens, hosts = inside_addresses(targets)
             (work_dir / "hosts").write_text(hosts, encoding="utf-8")
             extra += ["--ro-bind", str(work_dir / "hosts"), "/etc/hosts"]
             for n, (target, listen) in enumerate(zip(targets, listens, strict=True)):
-                forwarders.append(_Forwarder(work_dir / f"net{n}.sock", target))
+                forwarders.append(Forwarder(work_dir / f"net{n}.sock", target))
                 extra += ["--ro-bind", str(forwarders[-1].path), f"/sandbox/net{n}.sock"]
-                relays.append([listen, _port(target), f"/sandbox/net{n}.sock"])
+                relays.append([listen, port_of(target), f"/sandbox/net{n}.sock"])
         if page_file:
             extra += ["--ro-bind", page_file, page_file]
         for bind in binds:
@@ -324,10 +320,6 @@ def _sized_tmpfs(path: str, size: int) -> list[str]:
     return ["--size", str(size), "--tmpfs", path]
 
 
-def _port(target) -> int:
-    return target.port or (443 if target.scheme == "https" else 80)
-
-
 def _wait_for_namespace_end(pid: int | None, limit_s: float = 10.0) -> None:
     """Wait until the sandbox's first process `pid` has exited. It dies with bubblewrap (--die-with-parent),
     and the kernel lets the first process of a PID namespace finish exiting only once every other process in
@@ -373,114 +365,8 @@ def _python_and_browser_binds(browser: str) -> list[str]:
     return binds
 
 
-def _inside_addresses(targets: list) -> tuple[list[str], str]:
-    """Where each target's relay listens inside, and the sandbox's /etc/hosts. A loopback address listens
-    as itself; each host name gets a loopback address of its own (127.0.1.N: the sandbox's loopback
-    interface holds all of 127.0.0.0/8), so two names on the same port do not collide."""
-    listens: list[str] = []
-    names: dict[str, str] = {}
-    for target in targets:
-        host = target.hostname or ""
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            if host == "localhost":
-                names.setdefault(host, "127.0.0.1")
-            names.setdefault(host, f"127.0.1.{len(names) + 1}")
-            listens.append(names[host])
-            continue
-        if not address.is_loopback:
-            raise SandboxUnavailable(
-                f"A sandboxed script can reach a page by host name or a loopback address, not by the address {host}."
-            )
-        listens.append(str(address))
-    if len(names) > 250:
-        raise SandboxUnavailable("A sandboxed script can reach at most 250 host names.")
-    lines = ["127.0.0.1 localhost"] + [f"{address} {name}" for name, address in names.items() if name != "localhost"]
-    return listens, "\n".join(lines) + "\n"
-
-
 def read_tail(path: Path) -> str:
     with open(path, "rb") as f:
         size = f.seek(0, os.SEEK_END)
         f.seek(max(0, size - OUTPUT_TAIL_BYTES))
         return f.read().decode("utf-8", "replace")
-
-
-class _Forwarder:
-    """The sandbox's one way out: a unix socket whose every connection is relayed to the target's origin."""
-
-    def __init__(self, path: Path, target) -> None:
-        port = _port(target)
-        # Resolved once, now: the sandbox cannot steer a later lookup elsewhere. A name that does not resolve
-        # leaves no address: the script's connections then fail, and its own error says so.
-        try:
-            found = socket.getaddrinfo(target.hostname, port, type=socket.SOCK_STREAM)
-        except OSError:
-            found = []
-        self.addresses = [info[4][:2] for info in found]
-        self.path = path
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(str(path))
-        self.listener.listen(MAX_CONNECTIONS)
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.open: set[socket.socket] = set()
-        self.lock = threading.Lock()
-        self.stopped = False
-
-    def start(self) -> None:
-        threading.Thread(target=self._accept, name="qvl-sandbox-forwarder", daemon=True).start()
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.listener.close()
-        with self.lock:
-            for s in self.open:
-                _close(s)
-
-    def _accept(self) -> None:
-        while not self.stopped:
-            try:
-                inside, _ = self.listener.accept()
-            except OSError:
-                return
-            if not self.slots.acquire(blocking=False):
-                inside.close()
-                continue
-            threading.Thread(target=self._relay, args=(inside,), daemon=True).start()
-
-    def _relay(self, inside: socket.socket) -> None:
-        outside = None
-        try:
-            for address in self.addresses:
-                try:
-                    outside = socket.create_connection(address, timeout=10)
-                    outside.settimeout(None)
-                    break
-                except OSError:
-                    continue
-            if outside is None:
-                return
-            with self.lock:
-                if self.stopped:
-                    return
-                self.open.update((inside, outside))
-            back = threading.Thread(target=_pipe, args=(outside, inside), daemon=True)
-            back.start()
-            _pipe(inside, outside)
-            back.join()
-        finally:
-            for s in (inside, outside):
-                if s is not None:
-                    _close(s)
-                    with self.lock:
-                        self.open.discard(s)
-            self.slots.release()
-
-
-def _close(s: socket.socket) -> None:
-    try:
-        s.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    s.close()

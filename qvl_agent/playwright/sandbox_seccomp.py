@@ -1,4 +1,5 @@
-"""The seccomp filter of the sandbox: no process inside may make a user namespace.
+"""The seccomp filter of the sandbox: no process inside may make a user namespace, nor System V shared
+memory or message queues.
 
 A new user namespace would give a process inside every capability again (within it), and with them new
 PID, mount and network namespaces the watchdog and the forwarder know nothing about. bubblewrap's own
@@ -10,6 +11,9 @@ does it:
 - `unshare` and `clone` with CLONE_NEWUSER in their flags fail with EPERM;
 - `clone3`, whose flags lie in memory a filter cannot read, fails with ENOSYS (C libraries then fall back
   to `clone`, which the rule above sees);
+- `shmget` and `msgget` fail with EPERM: a System V segment or queue lives in the sandbox's IPC namespace
+  with no process holding it, where the watchdog cannot see it (mapped or not), up to the kernel's
+  defaults of gigabytes. Chromium uses memfds; nothing a script needs uses these;
 - system calls of another ABI (i386 or x32 on x86-64) fail with ENOSYS: their numbers differ, and the
   rules above would not see them.
 
@@ -25,10 +29,10 @@ import struct
 CLONE_NEWUSER = 0x10000000
 EPERM, ENOSYS = 1, 38
 
-# machine -> (AUDIT_ARCH_*, clone, unshare, clone3)
+# machine -> (AUDIT_ARCH_*, clone, unshare, clone3, shmget, msgget)
 _ARCHES = {
-    "x86_64": (0xC000003E, 56, 272, 435),
-    "aarch64": (0xC00000B7, 220, 97, 435),
+    "x86_64": (0xC000003E, 56, 272, 435, 29, 68),
+    "aarch64": (0xC00000B7, 220, 97, 435, 194, 186),
 }
 X32_BIT = 0x40000000  # x32 system calls carry this bit on x86-64
 
@@ -52,7 +56,7 @@ def filter_program(machine: str | None = None) -> bytes | None:
     found = _ARCHES.get(machine or platform.machine())
     if found is None:
         return None
-    arch, clone, unshare, clone3 = found
+    arch, clone, unshare, clone3, shmget, msgget = found
     return b"".join(
         [
             _op(_LD_ABS_W, _ARCH),
@@ -63,11 +67,15 @@ def filter_program(machine: str | None = None) -> bytes | None:
             _op(_RET, _ERRNO | ENOSYS),  # 5: x32
             _op(_JEQ, clone3, 0, 1),  # 6
             _op(_RET, _ERRNO | ENOSYS),  # 7
-            _op(_JEQ, unshare, 1, 0),  # 8
-            _op(_JEQ, clone, 0, 3),  # 9
-            _op(_LD_ABS_W, _ARG0),  # 10: the flags (their low 32 bits)
-            _op(_JSET, CLONE_NEWUSER, 0, 1),  # 11
-            _op(_RET, _ERRNO | EPERM),  # 12
-            _op(_RET, _ALLOW),  # 13
+            _op(_JEQ, shmget, 0, 1),  # 8
+            _op(_RET, _ERRNO | EPERM),  # 9
+            _op(_JEQ, msgget, 0, 1),  # 10
+            _op(_RET, _ERRNO | EPERM),  # 11
+            _op(_JEQ, unshare, 1, 0),  # 12
+            _op(_JEQ, clone, 0, 3),  # 13
+            _op(_LD_ABS_W, _ARG0),  # 14: the flags (their low 32 bits)
+            _op(_JSET, CLONE_NEWUSER, 0, 1),  # 15
+            _op(_RET, _ERRNO | EPERM),  # 16
+            _op(_RET, _ALLOW),  # 17
         ]
     )
