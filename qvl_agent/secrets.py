@@ -7,16 +7,24 @@ and `mask` turns the value back into the placeholder in everything that comes ou
 messages, the details a trace and an exported script are built from, the page's final state). The
 exported script reads `os.environ["QVL_SECRET_PASSWORD"]` (`playwright.literals`).
 
+A page passes a typed value on in many spellings: a form posts it form-encoded (`+` for a space), a GET
+form or a script puts it in a URL percent-encoded (each encoder escapes its own choice of characters),
+Basic auth and many scripts base64-encode it. `mask` replaces every such spelling; `carried_by` finds
+one, which the browser's network guard uses to keep secrets to allowed hosts.
+
 Standard library only; nothing here reads the environment by itself: callers pass it in.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from qvl_agent import actions as A
 from qvl_agent.errors import ActionError, UsageError
@@ -66,18 +74,66 @@ class Secrets:
         return action
 
     def mask(self, data: Any) -> Any:
-        """`data` (text, or dicts and lists of it) with every secret value replaced by its placeholder."""
+        """`data` (text, or dicts and lists of it) with every secret value, in each of its `forms`, replaced
+        by its placeholder."""
         if not self.values:
             return data
         if isinstance(data, str):
-            for name, value in sorted(self.values.items(), key=lambda item: -len(item[1])):
-                data = data.replace(value, placeholder(name))
+            for name, pattern in _patterns(tuple(sorted(self.values.items()))):
+                data = pattern.sub(lambda _m, name=name: placeholder(name), data)
             return data
         if isinstance(data, dict):
             return {self.mask(k): self.mask(v) for k, v in data.items()}
         if isinstance(data, list | tuple):
             return type(data)(self.mask(v) for v in data)
         return data
+
+    def carried_by(self, text: str | bytes | None) -> str:
+        """The name of a secret whose value `text` carries (raw, percent-encoded however an encoder chose
+        to, form-encoded, base64 or URL-safe base64, also inside a longer base64 string), or ""."""
+        if not self.values or not text:
+            return ""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        candidates = {text, unquote(text)}  # base64 inside a URL is percent-encoded once more
+        for name, pattern in _patterns(tuple(sorted(self.values.items()))):
+            if any(pattern.search(candidate) for candidate in candidates):
+                return name
+        return ""
+
+
+def forms(value: str) -> list[str]:
+    """Spellings of `value` besides percent- and form-encoding (which `mask` matches character by
+    character, whichever characters an encoder chose to escape): itself, and base64 (standard and
+    URL-safe) at each of the three alignments it can have inside a longer base64 string (only the
+    characters that depend on the value alone)."""
+    spellings = {value}
+    data = value.encode("utf-8")
+    for pad in range(3):
+        full = base64.b64encode(b"\0" * pad + data).decode("ascii")
+        core = full[(pad * 8 + 5) // 6 : ((pad + len(data)) * 8) // 6]
+        if len(core) >= 4:
+            spellings.add(core)
+            spellings.add(core.translate(str.maketrans("+/", "-_")))
+    return sorted(spellings, key=len, reverse=True)
+
+
+def _char_pattern(ch: str) -> str:
+    """One character as it may appear: itself, percent-encoded (either hex case), `+` for a space."""
+    escaped = "".join(f"%{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))
+    options = [re.escape(ch), f"(?i:{escaped})"] + ([r"\+"] if ch == " " else [])
+    return "(?:" + "|".join(options) + ")"
+
+
+@functools.lru_cache(maxsize=32)
+def _patterns(items: tuple[tuple[str, str], ...]) -> list[tuple[str, re.Pattern]]:
+    """(name, pattern) for every secret, the longest value first, so a longer one is masked before a part."""
+    out = []
+    for name, value in sorted(items, key=lambda item: -len(item[1])):
+        spellings = ["".join(_char_pattern(ch) for ch in value)]
+        spellings += [re.escape(spelling) for spelling in forms(value) if spelling != value]
+        out.append((name, re.compile("|".join(spellings))))
+    return out
 
 
 def read_secrets(names: list[str], environ: Mapping[str, str], ask: Callable[[str], str] | None = None) -> Secrets:

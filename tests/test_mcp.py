@@ -265,7 +265,8 @@ def test_browse_returns_the_outcome_and_the_exported_script(x_display, tmp_path)
         )
 
         async def session():
-            async with _stdio(tmp_path, "--engine", engine) as client:
+            # The page is on 127.0.0.1: a local address, which browse opens only when the person allows it.
+            async with _stdio(tmp_path, "--engine", engine, "--allow-local-urls") as client:
                 return await client.call_tool("browse", {"url": url, "task": "Sign in as alice / s3cret"})
 
         result = anyio.run(session)

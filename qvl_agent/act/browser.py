@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
 from qvl_agent.act.keys import PLAYWRIGHT, canonical
+from qvl_agent.act.netguard import NetworkGuard, allowed_host
 from qvl_agent.errors import ActionError, BrowserError, UsageError
 from qvl_agent.image import Screenshot, load_image_bytes, to_pixels
 from qvl_agent.playwright.chromium import find_browser
@@ -93,6 +94,8 @@ class BrowserExecutor:
         headless: bool = True,
         viewport: tuple[int, int] = DEFAULT_VIEWPORT,
         allowed_domains: list[str] | tuple[str, ...] = (),
+        secrets=None,
+        block_local: bool = False,
     ):
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
@@ -107,9 +110,11 @@ class BrowserExecutor:
         self._failed_navigation = ""
         self._touched: list[tuple[object, Located]] = []  # (the page it is on, the element)
         self._text_before_last_click: str | None = None
-        # --allow-domain: navigations to other hosts are aborted and reported with the next action's result.
+        # --allow-domain: navigations to other hosts are aborted and reported with the next action's result;
+        # secrets go to allowed hosts only; the MCP server keeps runs off local addresses (`netguard`).
         start_host = urlsplit(url).hostname
         self.allowed_domains = tuple(allowed_domains) + ((start_host,) if allowed_domains and start_host else ())
+        self._guard = NetworkGuard(url, tuple(allowed_domains), secrets, block_local)
         self._blocked: list[str] = []
         self._last_url = url
         self._pw = sync_playwright().start()
@@ -123,13 +128,17 @@ class BrowserExecutor:
                 why = _first_line(exc)
                 raise BrowserError(f"Chromium ({self.executable}) did not start: {why}.") from None
             self.browser.on("disconnected", lambda _b: self._mark_dead("The browser closed during the run."))
-            self.context = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+            self.context = self.browser.new_context(
+                viewport={"width": viewport[0], "height": viewport[1]},
+                # A service worker's requests would not pass the guard's route.
+                service_workers="block" if self._guard.active else "allow",
+            )
             self.context.set_default_timeout(ACTION_TIMEOUT_MS)
             self.context.add_init_script(_MUTATION_CLOCK)
             self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
-            if self.allowed_domains:
-                self.context.route("**/*", self._guard_navigation)
+            if self._guard.active:
+                self.context.route("**/*", self._guard.handle)
             self.page = self.context.new_page()
             self._watch(self.page)
             try:
@@ -182,19 +191,6 @@ class BrowserExecutor:
         except self._error_type:
             pass
 
-    def _guard_navigation(self, route) -> None:
-        request = route.request
-        host = urlsplit(request.url).hostname or ""
-        if (
-            request.is_navigation_request()
-            and request.url.startswith(("http:", "https:"))
-            and not _allowed(host, self.allowed_domains)
-        ):
-            self._blocked.append(host)
-            route.abort("blockedbyclient")
-        else:
-            route.fallback()
-
     def _check_alive(self) -> None:
         if self._page_closed and not self._dead:
             gone = not self.browser.is_connected()
@@ -206,10 +202,10 @@ class BrowserExecutor:
             self._leave_error_page(self._last_url)
         if (
             self.page.url.startswith("chrome-error://")
-            and self.allowed_domains
+            and self._guard.active
             and "BLOCKED_BY_CLIENT" in (self._failed_navigation)
         ):
-            self._leave_error_page(self._last_url)  # a navigation --allow-domain blocked: not a dead page
+            self._leave_error_page(self._last_url)  # a navigation the guard blocked: not a dead page
         if self.page.url.startswith("chrome-error://"):
             what = self._failed_navigation or "the server did not answer"
             self._mark_dead(f"The page stopped answering: loading {what} failed.")
@@ -266,18 +262,22 @@ class BrowserExecutor:
         except self._error_type as exc:
             self._fail(exc)
         message = "done"
-        if self.allowed_domains:
+        if self._guard.active:
             try:
                 self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
             except self._error_type:
                 pass
             if host := self._off_allowed_domains():
                 self._blocked.append(host)
+        notes = list(self._guard.blocked)
+        self._guard.blocked.clear()
         if self._blocked:
             hosts = ", ".join(sorted(set(self._blocked)))
             self._blocked.clear()
+            notes.append(f"the page tried to open {hosts}, which is not an allowed domain: that was blocked")
+        if notes:
             self._leave_error_page(detail["url"])
-            message += f"; the page tried to open {hosts}, which is not an allowed domain: that was blocked"
+            message += "".join(f"; {note}" for note in notes)
         self._check_alive()
         return ActionResult(True, message, detail)
 
@@ -287,7 +287,11 @@ class BrowserExecutor:
         redirect on an allowed site would lead anywhere. So where the page ended up is checked too."""
         url = self.page.url
         host = urlsplit(url).hostname or ""
-        if self.allowed_domains and url.startswith(("http:", "https:")) and not _allowed(host, self.allowed_domains):
+        if (
+            self.allowed_domains
+            and url.startswith(("http:", "https:"))
+            and not allowed_host(host, self.allowed_domains)
+        ):
             return host
         return ""
 
@@ -436,11 +440,6 @@ class BrowserExecutor:
         if self._tab():
             final["tab"] = self._tab()
         return final
-
-
-def _allowed(host: str, domains: tuple[str, ...]) -> bool:
-    host = host.lower().rstrip(".")
-    return any(host == d or host.endswith("." + d) for d in domains)
 
 
 def _first_line(exc: Exception) -> str:

@@ -10,7 +10,7 @@ resolved to a locator and recorded in the trace. With --export FILE a successful
 standalone Playwright script that replays it without the model (`python FILE`). --secret NAME: the model
 types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
 --allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
-reported to the model.
+reported to the model. A request carrying a secret's value (in any encoding) goes to those hosts only.
 Exit 0 when the model ends with success, 1 on failure, a limit or a browser that died, 2 on bad usage.
 """
 
@@ -95,6 +95,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             headless=not args.headed,
             viewport=viewport,
             allowed_domains=allowed,
+            secrets=secrets,
         )
         # The run acts only inside its own fresh browser profile, so it does not ask before each action;
         # Ctrl+C in the terminal stops it. Keys reach the page, never the system, so no chord is refused.

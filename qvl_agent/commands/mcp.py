@@ -1,11 +1,14 @@
 """`qvl-agent mcp`: the screen, the desktop agent and the browser agent as tools for any MCP client.
 
-    qvl-agent mcp [--model ...] [--engine ...] [--allow-actions] [--http HOST:PORT [--no-token]]
+    qvl-agent mcp [--model ...] [--engine ...] [--allow-actions] [--allow-local-urls]
+                  [--http HOST:PORT [--no-token]]
 
 Over stdio by default (the client starts this command); `--http HOST:PORT` serves streamable HTTP at
 http://HOST:PORT/mcp instead, with the same bearer token as `qvl-agent serve`. The engine is loaded once
 (`--engine openai:URL` shares a running `qvl-agent serve`). Tools: ask_screen, locate, run_task (dry-run;
-auto only with --allow-actions), browse, screenshot. Messages go to stderr: stdout is the protocol's.
+auto only with --allow-actions), browse, screenshot. browse visits public web sites only (no file://
+URL, no localhost or private address, not even through a link or redirect) unless --allow-local-urls.
+Messages go to stderr: stdout is the protocol's.
 """
 
 from __future__ import annotations
@@ -24,6 +27,11 @@ def register(sub) -> None:
     add_engine_args(p)
     p.add_argument(
         "--allow-actions", action="store_true", help="let run_task act for real (mode auto); off: dry-run only"
+    )
+    p.add_argument(
+        "--allow-local-urls",
+        action="store_true",
+        help="let browse open file:// URLs and localhost or private addresses (off: public web sites only)",
     )
     p.add_argument("--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")
     p.add_argument("--no-token", action="store_true", help="with --http: no bearer token (loopback addresses only)")
@@ -63,7 +71,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol: nothing else may reach it
             engine = open_engine(settings)
-        mcp = build_server(ScreenTools(engine, settings, allow_actions=args.allow_actions, browser=args.browser))
+        tools = ScreenTools(
+            engine,
+            settings,
+            allow_actions=args.allow_actions,
+            browser=args.browser,
+            allow_local_urls=args.allow_local_urls,
+        )
+        mcp = build_server(tools)
         actions = "run_task may act (auto)" if args.allow_actions else "run_task is dry-run only"
         if sock is None:
             _say(f"MCP server on stdio; {actions}.")

@@ -150,7 +150,13 @@ def build_server(tools: ScreenTools) -> MCPServer:
 
     @mcp.tool(annotations=ToolAnnotations(destructive_hint=False, open_world_hint=True))
     async def browse(
-        url: Annotated[str, Field(description="the page to start on (http://, https:// or file://)")],
+        url: Annotated[
+            str,
+            Field(
+                description="the page to start on: an http:// or https:// address of a public web site "
+                "(file:// and local addresses only when the server allows local URLs)"
+            ),
+        ],
         task: Annotated[str, Field(description="what to do on the page, in words")],
         max_steps: Annotated[int, Field(ge=1, le=100, description="give up after this many steps")] = 30,
     ) -> CallToolResult:

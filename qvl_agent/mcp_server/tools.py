@@ -73,10 +73,20 @@ def _report(trace_dir: Path) -> str:
 class ScreenTools:
     """The tools' implementations on one engine. `allow_actions` lets run_task move the real pointer."""
 
-    def __init__(self, engine: Engine, settings: Settings, allow_actions: bool = False, browser: str | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        allow_actions: bool = False,
+        browser: str | None = None,
+        allow_local_urls: bool = False,
+    ):
         self.engine = engine
         self.settings = settings
         self.allow_actions = allow_actions
+        # browse opens no file:// URL and reaches no local address unless the person started the server
+        # with --allow-local-urls: the caller is a model, and a page or a document may have steered it.
+        self.allow_local_urls = allow_local_urls
         self.browser = browser
         self._lock = threading.Lock()
 
@@ -158,17 +168,27 @@ class ScreenTools:
         when the run succeeded, else "")."""
         from qvl_agent.act.browser import BrowserExecutor
         from qvl_agent.act.guard import Guard
+        from qvl_agent.act.netguard import local_target
         from qvl_agent.playwright.export import export_trace, write_browser_info
 
         url = _text(url, "url", '"https://example.com/"')
         if not url.startswith(("http://", "https://", "file://")):
             raise UsageError(f"url must start with http://, https:// or file://, not {url!r}.")
+        if not self.allow_local_urls and (local := local_target(url)):
+            raise UsageError(
+                f"browse does not open {local} on this server: it only visits public web sites unless the "
+                "server was started with --allow-local-urls."
+            )
         task = _text(task, "task", '"Sign in as demo/demo"')
         _check_steps(max_steps)
         with self._lock:
             # The browser first: no Chromium or a dead URL leaves no empty run folder behind.
             executor = BrowserExecutor(
-                url, browser=self.browser, configured_browser=self.settings.browser, viewport=VIEWPORT
+                url,
+                browser=self.browser,
+                configured_browser=self.settings.browser,
+                viewport=VIEWPORT,
+                block_local=not self.allow_local_urls,
             )
             try:
                 trace = TraceWriter(default_trace_dir())

@@ -15,9 +15,14 @@ using Playwright's sync API, importing nothing from qvl_agent, that
   - waits the way Playwright recommends: auto-waiting locator actions and `expect(page).to_have_url`
     after a step that navigated, never fixed sleeps,
   - ends with `expect` assertions on the final state that the steps produce (`assertions.py`): values of
-    fields, text of editable elements, checked states, the URL, and text that appeared after the last
-    click; a step it cannot express is a loud `# !!! NOT REPLAYED` comment, and the checks that depend
-    on it are left out.
+    fields, text of editable elements, checked states, the URL (a query value that held a secret, masked
+    as `{{NAME}}`, is matched as any value), and text that appeared after the last click; a step it
+    cannot express is a loud `# !!! NOT REPLAYED` comment, and the checks that depend on it are left out.
+
+The script is built, never edited: every value from the run reaches the code through `literals.lit`
+(escaped, one line, `{{NAME}}` as a read of `os.environ["QVL_SECRET_NAME"]`), comments and the docstring
+through `literals.comment_text` / `docstring_text` (placeholders stay text there), and `export_gate`
+checks the finished source's syntax tree against the template before anything is written.
 
 The script reads the browser executable from `--browser PATH` or `$QVL_BROWSER`, else Playwright's own.
 This module is pure: no Playwright, no browser, no file system except `export_run`.
