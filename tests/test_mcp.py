@@ -366,7 +366,7 @@ def test_arguments_that_fail_the_schema_are_one_sentence_naming_the_argument(tmp
                 text = _text(bad)
                 assert says in text and "\n" not in text and "pydantic.dev" not in text, text
             listed = await client.list_tools()
-            assert len(listed.tools) == 5  # still serving
+            assert len(listed.tools) == 6  # still serving
 
     anyio.run(session)
 
