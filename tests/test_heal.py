@@ -274,9 +274,11 @@ def test_heal_with_the_replay_engine(tmp_path, server):
 
 
 def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
-    """The MCP `replay` tool runs a script's text in the sandbox; with heal=true it comes back healed."""
+    """The MCP `replay` tool runs a script's text in the sandbox; with heal=true it comes back healed. As
+    `browse`, it refuses a script for a local address unless the server was started with --allow-local-urls."""
     from qvl_agent.config import Settings
     from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.errors import UsageError
     from qvl_agent.mcp_server.tools import ScreenTools
     from tests.pages.helpers import CHROMIUM
 
@@ -286,7 +288,12 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     server.site = "b"
     at = measure_along(f"{server.url}/site/renamed.html", [("measure", "#go")])
     engine = ReplayEngine([click_at(at["#go"])])
-    tools = ScreenTools(engine, Settings(), browser=CHROMIUM)
+    guarded = ScreenTools(engine, Settings(), browser=CHROMIUM)
+    server.clear()
+    with pytest.raises(UsageError, match="does not reach the local address 127.0.0.1 on this server"):
+        guarded.replay(script, heal=True)  # a script made for this machine's own services, from a caller
+    assert server.records("renamed") == [] and engine.position == 0
+    tools = ScreenTools(engine, Settings(), browser=CHROMIUM, allow_local_urls=True)
 
     server.clear()
     plain = tools.replay(script, timeout_s=120)

@@ -215,8 +215,10 @@ class ScreenTools:
         locator broke is repaired by the model from a screenshot and the step's intent, and the healed
         script's text comes back. Returns {"exit_status", "output", "heals", "stopped", "healed_script",
         "diff", "report", "folder"}."""
+        from qvl_agent.act.netguard import local_target
         from qvl_agent.grounding import point_or_click
         from qvl_agent.playwright.chromium import find_browser
+        from qvl_agent.playwright.header import read_origins
         from qvl_agent.playwright.heal_replay import failing_code, heal_replay, new_code
         from qvl_agent.playwright.replay import replay_script
 
@@ -226,6 +228,13 @@ class ScreenTools:
             raise UsageError(f"The script is {len(script):,} characters long; keep it under {MAX_SCRIPT_CHARS:,}.")
         if not 0 < timeout_s <= 3600:
             raise UsageError(f"timeout must be from 0 to 3600 seconds, not {timeout_s:g}.")
+        if not self.allow_local_urls:  # as browse: a script's header must not turn the server on its own machine
+            for origin in read_origins(script) or []:
+                if local := local_target(origin):
+                    raise UsageError(
+                        f"replay does not reach {local} on this server: it only runs scripts for public web sites "
+                        "unless the server was started with --allow-local-urls."
+                    )
         browser = find_browser(self.browser, self.settings.browser)
         run_dir = default_trace_dir()
         run_dir.mkdir(mode=0o700, parents=True)
