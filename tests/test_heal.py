@@ -309,3 +309,36 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     assert heal["locator"] == 'page.get_by_role("button", name="Create account", exact=True)'
     assert 'page.get_by_role("button", name="Create account", exact=True).click()' in healed["healed_script"]
     assert healed["report"].endswith("report.html")
+
+
+def test_an_earlier_healed_script_is_never_overwritten(tmp_path, server):
+    case = CASES[0]
+    url = record_on_a(tmp_path, server, case)
+    earlier = tmp_path / "out.healed.py"
+    earlier.write_text("# my own edits\n")
+    server.site = "b"
+    oracle = DomGroundingOracle(url, case.targets)
+    engine, httpd = start(oracle)
+    try:
+        result = healing(tmp_path, engine, tmp_path / "out.py")
+    finally:
+        httpd.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert earlier.read_text() == "# my own edits\n"
+    assert f"wrote {tmp_path / 'out.healed-2.py'}" in result.stderr
+    assert (tmp_path / "out.healed-2.py").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--trace-dir", "x"], "--trace-dir only goes with --heal."),
+        (["--heal", "--engine", "bogus"], "Unknown engine 'bogus'"),
+    ],
+)
+def test_bad_heal_usage_is_one_sentence_and_exit_2(tmp_path, args, says):
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    result = replay(*args, str(script), tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert says in result.stderr and "Traceback" not in result.stderr

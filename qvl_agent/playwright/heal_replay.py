@@ -10,13 +10,15 @@ intent and a point cross the socket.
 After the run: the run folder (`trace.jsonl` with one step per heal: its screenshot, the model's point
 as a click marker, the failing and the new locator; and its `report.html`), and, when the replay reached
 the end with at least one heal, `SCRIPT.healed.py` with the repaired locators (`heal_rewrite`), which
-replays without the model. A replay that stopped on a heal, or failed after one, writes no healed script:
+replays without the model (`SCRIPT.healed-2.py` and so on when one is already there: nothing is
+overwritten). A replay that stopped on a heal, or failed after one, writes no healed script:
 its heals are not known to lead to the recorded end state.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,6 +56,21 @@ class HealResult:
 def healed_name(script: Path) -> Path:
     """SCRIPT.healed.py beside SCRIPT.py."""
     return script.with_name(script.stem + ".healed.py")
+
+
+def _write_new(script: Path, text: str) -> Path:
+    """Write the healed script to the first free of SCRIPT.healed.py, SCRIPT.healed-2.py, ...: never over a
+    file already there (an earlier healed script the person may have edited), never through a link."""
+    for n in range(1, 1000):
+        path = healed_name(script) if n == 1 else script.with_name(f"{script.stem}.healed-{n}.py")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+    raise OSError(f"too many healed scripts beside {script.name}")
 
 
 def heal_replay(
@@ -128,9 +145,11 @@ def _write_healed(script: Path, source: str, result: HealResult) -> None:
     except heal_rewrite.RewriteError as exc:
         result.not_written = str(exc)
         return
-    path = healed_name(script)
-    path.write_text(healed, encoding="utf-8")
-    path.chmod(0o600)
+    try:
+        path = _write_new(script, healed)
+    except OSError as exc:
+        result.not_written = f"it could not be saved beside {script.name} ({exc.strerror or exc})"
+        return
     result.healed_path = path
     result.diff = heal_rewrite.unified_diff(source, healed, script.name, path.name)
 
