@@ -118,6 +118,7 @@ class HealService:
         self.path = path
         self.heals: list[Heal] = []
         self.stopped = ""
+        self.questions = 0  # the model's turns so far: bounded too, whatever the sandbox says back
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(str(path))
         self.listener.listen(4)
@@ -186,7 +187,8 @@ class HealService:
             intent.get("step"), kind, describe(intent, many="strict mode violation" in error),
             _text(message.get("failing")), error, clean_where(message.get("where")),
         )  # fmt: skip
-        if len([h for h in self.heals if not h.reused]) >= MAX_HEALS:
+        self.questions += 1
+        if len([h for h in self.heals if not h.reused]) >= MAX_HEALS or self.questions > 3 * MAX_HEALS:
             return None, self._stop(
                 f"More than {MAX_HEALS} steps broke: the page changed too much to heal step by step."
             )
@@ -216,6 +218,10 @@ class HealService:
         heal.total_ms = float(ms) if isinstance(ms, int | float) and 0 <= ms < 1e7 else heal.model_ms
         heal.total_ms = max(heal.total_ms, heal.model_ms)
         problem = _text(message.get("problem"), 200)
+        if message.get("covered") is True and heal.kind == "locate" and problem:
+            # The model found the step's element under a layer over the page: close the layer first. Not a
+            # heal yet: the step is asked about again once the layer is gone.
+            return {"cover": True}
         self.heals.append(heal)
         x, y = heal.point or (0, 0)
         if problem or heal.locator is None:

@@ -46,6 +46,7 @@ ACTIONS = (
     "inner_text", "text_content", "input_value", "get_attribute",
 )  # fmt: skip
 COVER_ROLES = ("button", "link", "menuitem")  # what dismisses a covering layer
+MAX_COVERS = 5  # layers dismissed in one replay before it stops: a page that covers itself for ever
 SAME_ROLES = {"searchbox": "textbox", "listbox": "combobox"}  # roles that are the same kind of control
 ANSWER_BYTES = 1 << 16
 
@@ -85,6 +86,7 @@ class _State:
         self.probe_ms = probe_ms
         self.busy = False  # set while healing: the hook's own Playwright calls are never healed
         self.healed: dict[str, dict] = {}  # failing selector -> {"locator", "step"}
+        self.covers = 0  # covering layers dismissed so far
         self.lines, self.intents = _read_intents(script)
 
 
@@ -192,8 +194,20 @@ def _is_css(selector: str) -> bool:
     return bool(selector) and not selector.startswith("internal:") and ">>" not in selector
 
 
-def _heal(state: _State, locator, method: str, error: str, where: dict, intent: dict | None, kind: str) -> dict:
-    """Ask outside for a point, resolve it, check it against the intent; the new locator dict."""
+class _Covered(Exception):
+    """The model pointed at the step's element, but a layer over the page (a banner) lies on top of it."""
+
+    def __init__(self, point: tuple[float, float]):
+        super().__init__("covered")
+        self.point = point
+
+
+def _heal(
+    state: _State, locator, method: str, error: str, where: dict, intent: dict | None, kind: str, at=None
+) -> dict:
+    """Ask outside for a point, resolve it, check it against the intent; the new locator dict. A "cover" heal
+    checks the picked button against the layer over the target (or over the point `at`, when the target is
+    gone too). Raises _Covered when a locate heal's point lies under such a layer."""
     page = locator.page
     intent = dict(intent or _intent_from_selector(_selector(locator)))
     started = time.perf_counter()
@@ -217,7 +231,10 @@ def _heal(state: _State, locator, method: str, error: str, where: dict, intent: 
         problem = "there is no element there that a locator can name"
     elif kind == "cover":
         try:
-            cover = page.evaluate(_COVER_JS, [found.handle, locator.element_handle(timeout=1000)])
+            if at is None:
+                cover = page.evaluate(_COVER_JS, [found.handle, locator.element_handle(timeout=1000)])
+            else:
+                cover = page.evaluate(_COVER_AT_JS, [found.handle, list(at)])
         except Exception:  # the target left the page meanwhile: nothing to tell it apart from
             cover = {"inside": False, "text": ""}
         if role not in COVER_ROLES or not cover["inside"]:
@@ -231,12 +248,20 @@ def _heal(state: _State, locator, method: str, error: str, where: dict, intent: 
         and method in ("click", "dblclick", "tap", "hover")
     ):
         problem = f"that is {_a(role)}, and the step clicked no form field"
+    covered = False
+    if problem and kind == "locate":
+        try:
+            covered = bool(page.evaluate(_COVER_AT_JS, [None, [x, y]]).get("layer"))
+        except Exception:
+            covered = False
     reply = state.channel.ask(
         {"type": "resolved", "point": [x, y], "locator": found.locator, "role": role, "problem": problem,
-         "cover": cover, "ms": (time.perf_counter() - started) * 1000}
+         "cover": cover, "covered": covered, "ms": (time.perf_counter() - started) * 1000}
     )  # fmt: skip
     if "stop" in reply:
         raise HealStopped(str(reply["stop"]))
+    if reply.get("cover") is True:
+        raise _Covered((x, y))
     return found.locator
 
 
@@ -258,6 +283,24 @@ _COVER_JS = """
   }
   const text = (layer.innerText || '').replace(/\\s+/g, ' ').trim().slice(0, 120);
   return {inside: !!picked && layer.contains(picked), text};
+}
+"""
+
+
+# The layer over a point: the nearest fixed-position ancestor of what is hit there that covers a good part of
+# the viewport (a banner, a consent wall, a modal's backdrop), and whether the picked element is inside it.
+_COVER_AT_JS = """
+([picked, [x, y]]) => {
+  let layer = document.elementFromPoint(x, y);
+  const area = innerWidth * innerHeight;
+  while (layer && layer !== document.body) {
+    const cs = getComputedStyle(layer), r = layer.getBoundingClientRect();
+    if ((cs.position === 'fixed' || cs.position === 'sticky') && r.width * r.height >= 0.3 * area) break;
+    layer = layer.parentElement;
+  }
+  if (!layer || layer === document.body) return {layer: false, inside: false, text: ''};
+  const text = (layer.innerText || '').replace(/\\s+/g, ' ').trim().slice(0, 120);
+  return {layer: true, inside: !!picked && layer.contains(picked), text};
 }
 """
 
@@ -330,7 +373,11 @@ def _wrap_action(state: _State, cls, name: str) -> None:
 def _healed_call(state, locator, original, name, args, kwargs, reason, where, intent, kind):
     state.busy = True
     try:
-        new = _heal(state, locator, name, reason, where, intent, kind)
+        try:
+            new = _heal(state, locator, name, reason, where, intent, kind)
+        except _Covered as covered:  # close what lies over it first; the step then heals again from a new look
+            new = _heal(state, locator, name, reason, where, intent, "cover", at=covered.point)
+            kind = "cover"
         page = locator.page
         built = state.locate.to_playwright(page, new)
         if kind == "cover":
@@ -339,7 +386,11 @@ def _healed_call(state, locator, original, name, args, kwargs, reason, where, in
             built.click()
             page.add_locator_handler(built, lambda found: found.click())
             state.busy = False
-            return original(locator, *args, **kwargs)
+            state.covers += 1
+            if state.covers > MAX_COVERS:
+                raise HealStopped("Something covers the page again and again, so the replay stops here.")
+            # The step again, through the hook: the layer is gone, but its own locator may be broken too.
+            return getattr(type(locator), name)(locator, *args, **kwargs)
         state.healed[_selector(locator)] = {"locator": new}
     finally:
         state.busy = False
@@ -395,7 +446,16 @@ def _wrap_assertion(state: _State, cls, name: str) -> None:
         intent = _intent_for(state, where["line"], selector, locator.page)
         state.busy = True
         try:
-            new = _heal(state, locator, name, reason, where, intent, "locate")
+            try:
+                new = _heal(state, locator, name, reason, where, intent, "locate")
+            except _Covered as covered:
+                button = state.locate.to_playwright(
+                    locator.page, _heal(state, locator, name, reason, where, intent, "cover", at=covered.point)
+                )
+                button.click()
+                locator.page.add_locator_handler(button, lambda found: found.click())
+                state.busy = False
+                return getattr(type(self), name)(self, *args, **kwargs)  # the check again, through the hook
             state.healed[selector] = {"locator": new}
         finally:
             state.busy = False
