@@ -298,3 +298,21 @@ def test_the_report_shows_each_heal_escaped(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script>alert" not in page
     assert "page.get_by_text(&quot;Go&quot;, exact=True)" in page
     assert 'data-action="left_click" data-x="160" data-y="100"' in page  # the point the model named, marked
+
+
+def test_an_element_found_under_a_banner_asks_to_close_the_banner_first(service):
+    hook = _Hook(service.path)
+    hook.ask(_question())
+    found = {"type": "resolved", "locator": {"kind": "css", "selector": "#banner"}, "problem": "not a button"}
+    assert hook.ask(dict(found, covered=True)) == {"cover": True}
+    assert service.heals == [] and service.stopped == ""  # not a heal, and not a stop: the banner comes first
+
+
+def test_the_model_is_asked_a_bounded_number_of_times(service, monkeypatch):
+    monkeypatch.setattr(heal, "MAX_HEALS", 1)
+    hook = _Hook(service.path)
+    found = {"type": "resolved", "locator": {"kind": "css", "selector": "#b"}, "problem": "x", "covered": True}
+    for _ in range(3):
+        assert "point" in hook.ask(_question())
+        assert hook.ask(found) == {"cover": True}
+    assert "page changed too much" in hook.ask(_question())["stop"]
