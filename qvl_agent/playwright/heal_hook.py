@@ -20,8 +20,10 @@ the script, fails because its locator no longer fits the page, the step is heale
     link inside the layer that covers the target), else the replay stops with one sentence. Outside is
     told what was found before the step goes on, so nothing is healed silently;
   - the step then runs on the new locator (a covering layer gets a locator handler that dismisses it
-    whenever it shows, and the step runs again), and a locator healed once is reused for the same locator
-    later in the script without asking again.
+    whenever it shows, and the step runs again through the hook), and a locator healed once is reused for
+    the same locator later in the script without asking again;
+  - a point that lands on a layer over the page (the step's element gone *and* a banner on top) first
+    closes the layer, then asks about the step again from a new screenshot.
 
 Nothing here is a wall: the script could undo the wrapping and gain nothing by it. The host treats
 everything that arrives over the socket as untrusted.
