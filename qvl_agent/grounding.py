@@ -9,7 +9,8 @@ description, greedy decoding. The reply's point is read the way the adapter read
 `coordinate` ([x, y], or the centre of [x1, y1, x2, y2]) whatever the action or tool is called; a bare
 `point_2d`/`bbox_2d` answer is accepted too. The point is clamped to the 0-1000 grid and mapped to
 physical pixels through the screenshot's geometry (monitor offset and scale). Used by `qvl-agent locate`,
-`qvl-agent eval screenspot`, the MCP server and the tray. Imports no torch, Qt or Playwright.
+`qvl-agent eval screenspot`, the MCP server, the tray and `replay --heal` (`point_or_click`: the agent's
+computer-use turn as a fallback). Imports no torch, Qt or Playwright.
 """
 
 from __future__ import annotations
@@ -102,3 +103,31 @@ def locate(
     """Ask where `description` is on `shot`; the answer in model and screen coordinates.
     ParseError when the description is empty or the reply names no point; engine errors pass through."""
     return grounded(*ask(engine, shot, description, options), shot)
+
+
+def point_or_click(
+    engine: Engine, shot: Screenshot, description: str, options: GenerationOptions | None = None
+) -> tuple[str, tuple[int, int] | None]:
+    """Where `description` is on `shot`, asked the grounding way first; when that reply names no point, the
+    agent's own computer-use turn ("Click ...") as a second chance. Returns the replies and the point in
+    `shot`'s pixels, or None when neither named one (`replay --heal` then stops rather than guess)."""
+    reply, ms = ask(engine, shot, description, options)
+    try:
+        found = grounded(reply, ms, shot)
+        return reply, (found.x, found.y)
+    except ParseError:
+        pass
+    session = engine.open_session(system=prompts.load("computer_use").render(screen_width=GRID, screen_height=GRID))
+    try:
+        second = session.complete(f"Click {description.strip()}.", [shot], GenerationOptions(max_new_tokens=256))
+    finally:
+        session.close()
+    try:
+        for action in parse_actions(second):
+            touched = A.points(action)
+            if touched:
+                mx, my = (min(max(float(v), 0.0), float(GRID)) for v in touched[0])
+                return reply + "\n" + second, to_pixels(mx, my, shot)
+    except ParseError:
+        pass
+    return reply + "\n" + second, None

@@ -132,6 +132,31 @@ def _verdict(step: dict, mode: str) -> str:
     return "no action reached the guard"
 
 
+def _heal_html(step: dict) -> str:
+    """A healed step of `replay --heal`: the failing locator, what the model was asked, the new locator (the
+    point it named is the click marker on the screenshot), or why it was not healed."""
+    heal = step.get("heal")
+    if not isinstance(heal, dict):
+        return ""
+    problem = heal.get("problem")
+    rows = [
+        ("Script step", heal.get("step")),
+        ("Failing locator", heal.get("failing")),
+        ("Why it failed", heal.get("error")),
+        ("The model was asked for", heal.get("asked")),
+        ("New locator", heal.get("locator")),
+        ("Found", heal.get("role")),
+        ("Not healed", problem),
+    ]
+    body = "".join(f"<tr><th>{_e(k)}</th><td><code>{_e(v)}</code></td></tr>" for k, v in rows if v not in ("", None))
+    title = (
+        "Not healed"
+        if problem
+        else ("Healed: a covering layer is dismissed" if heal.get("kind") == "cover" else "Healed")
+    )
+    return f'<div class="{"heal failed" if problem else "heal"}"><h3>{_e(title)}</h3><table>{body}</table></div>'
+
+
 def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     """(the step's section, its timeline thumbnail)."""
     n = _e(step.get("step", "?"))
@@ -162,6 +187,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
         f"<li><code>{_e(json.dumps(a, ensure_ascii=False))}</code></li>" for a in step.get("actions") or []
     )
     error = f'<p class="error">Fed back to the model: {_e(step["error"])}</p>' if step.get("error") else ""
+    error += _heal_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
         f'<h2>Step {n}<span class="timings">{_e(_timings(step))}</span></h2>{picture}'

@@ -84,7 +84,7 @@ def test_stdio_every_screen_tool_and_every_refusal(x_display, tmp_path):
     async def session():
         async with _stdio(tmp_path, "--engine", engine) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert set(tools) == {"ask_screen", "locate", "run_task", "browse", "screenshot"}
+            assert set(tools) == {"ask_screen", "locate", "run_task", "browse", "replay", "screenshot"}
             for tool in tools.values():
                 assert tool.description and len(tool.description) > 60
                 assert tool.input_schema["type"] == "object"
@@ -372,7 +372,7 @@ def test_arguments_that_fail_the_schema_are_one_sentence_naming_the_argument(tmp
                 text = _text(bad)
                 assert says in text and "\n" not in text and "pydantic.dev" not in text, text
             listed = await client.list_tools()
-            assert len(listed.tools) == 5  # still serving
+            assert len(listed.tools) == 6  # still serving
 
     anyio.run(session)
 

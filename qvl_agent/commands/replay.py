@@ -1,6 +1,7 @@
 """`qvl-agent replay`: run a saved Playwright script inside the sandbox.
 
-    qvl-agent replay [--allow-domain HOST]... [--url URL] [-o DIR] [--browser PATH] [--timeout SECONDS] SCRIPT.py
+    qvl-agent replay [--allow-domain HOST]... [--url URL] [-o DIR] [--browser PATH] [--timeout SECONDS]
+                     [--heal [--engine SPEC] [--trace-dir DIR]] SCRIPT.py
 
 The script (exported by `browse --export`, or written by `qvl-agent playwright`) runs in the same
 bubblewrap sandbox as `playwright --verify` (`playwright.replay`): network only to the origins its first
@@ -9,16 +10,24 @@ the script as `--url URL`, as exported scripts take it); the files it writes go 
 which must not exist, else the first free of SCRIPT.out, SCRIPT.out-2, ...), never over an existing file
 and never a hidden, runnable or instruction file. Its output is shown; the exit status is the script's own
 (124 when the timeout ended it, 1 when a sandbox limit did), 2 on bad usage or no sandbox.
+
+With --heal, a step whose locator broke (nothing found, two found, a click something else intercepts, a
+failed check on an element that is gone) is repaired by the model from a screenshot and the step's
+intent (`playwright.heal_replay`); every heal is listed, the run's report shows each one, and a replay
+that reached its end writes SCRIPT.healed.py (its diff printed), which replays without the model. A heal
+the model is unsure of stops the replay with one sentence (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from pathlib import Path
 
 from qvl_agent.actions import printable
+from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings
 from qvl_agent.errors import UsageError
 
@@ -40,6 +49,12 @@ def register(sub) -> None:
     p.add_argument("--url", metavar="URL", help="start URL passed to the script as --url (its origin is allowed)")
     p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="end the run after this")
+    p.add_argument(
+        "--heal", action="store_true",
+        help="when a step's locator breaks, ask the model where its element is now, go on, and write SCRIPT.healed.py",
+    )  # fmt: skip
+    p.add_argument("--trace-dir", metavar="DIR", help="with --heal: the run folder for the heals' report")
+    add_engine_args(p)
     p.set_defaults(func=replay_command)
 
 
@@ -58,12 +73,19 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"{output} already exists: give -o a folder that does not exist yet.")
     if output is not None and not output.parent.resolve().is_dir():
         raise UsageError(f"Cannot make {output}: the folder {output.parent} does not exist.")
+    if args.trace_dir and not args.heal:
+        raise UsageError("--trace-dir only goes with --heal.")
     browser = find_browser(args.browser, settings.browser)
+    healing = None
     try:
-        result = replay_script(
-            script, browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
-            memory_mb=settings.sandbox_memory_mb, secrets=os.environ,
-        )  # fmt: skip
+        if args.heal:
+            healing = _heal(args, settings, script, browser, output)
+            result = healing.replay
+        else:
+            result = replay_script(
+                script, browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
+                memory_mb=settings.sandbox_memory_mb, secrets=os.environ,
+            )  # fmt: skip
     except BadOrigin as exc:
         raise UsageError(str(exc)) from None
     except FileExistsError:
@@ -88,6 +110,10 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
             "folder, never a hidden, runnable or instruction file",
             file=sys.stderr,
         )
+    if healing is not None:
+        _print_heals(healing)
+        if healing.stopped:
+            return 1
     if result.limit:
         print(f"qvl-agent: the sandbox stopped the script because {result.limit}.", file=sys.stderr)
         return 1
@@ -95,3 +121,64 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
         print(f"qvl-agent: the script did not finish within {args.timeout:g} seconds.", file=sys.stderr)
         return TIMED_OUT
     return result.returncode if 0 <= result.returncode < 256 else 1
+
+
+def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: str, output: Path | None):
+    from qvl_agent.engine import open_engine
+    from qvl_agent.grounding import point_or_click
+    from qvl_agent.playwright.heal_replay import heal_replay
+    from qvl_agent.trace import default_trace_dir
+
+    trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
+    with open_engine(settings) as engine:
+        return heal_replay(
+            script, functools.partial(point_or_click, engine), engine_name=engine.name, trace_dir=trace_dir,
+            browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
+            memory_mb=settings.sandbox_memory_mb, secrets=os.environ,
+        )  # fmt: skip
+
+
+def _print_heals(healing) -> None:
+    """Every heal, in order (nothing is healed silently); the healed script and its diff; the report."""
+    from qvl_agent.cli import print_report
+    from qvl_agent.playwright.heal_replay import failing_code, new_code
+
+    source = healing.source
+    for heal in healing.heals:
+        if heal.problem:
+            continue  # the sentence it stopped with follows
+        where = f"step {heal.step}" if heal.step is not None else f"line {heal.where.get('line', '?')}"
+        old, new = printable(failing_code(source, heal)), printable(new_code(heal))
+        if heal.reused:
+            print(
+                f"qvl-agent: healed {where} again at line {heal.where.get('line', '?')}: {old} -> {new}",
+                file=sys.stderr,
+            )
+        elif heal.kind == "cover":
+            print(
+                f"qvl-agent: healed {where}: something covered the page; {new} now dismisses it "
+                f"({heal.total_ms / 1000:.2f} s, the model {heal.model_ms / 1000:.2f} s)",
+                file=sys.stderr,
+            )
+        else:
+            print(
+                f"qvl-agent: healed {where} ({printable(heal.description)}): {old} -> {new} "
+                f"({heal.total_ms / 1000:.2f} s, the model {heal.model_ms / 1000:.2f} s)",
+                file=sys.stderr,
+            )
+    if healing.stopped:
+        print(f"qvl-agent: {printable(healing.stopped)}", file=sys.stderr)
+    if healing.healed_path is not None:
+        print(
+            f"qvl-agent: wrote {printable(str(healing.healed_path))}, which replays without the model; its changes:",
+            file=sys.stderr,
+        )
+        sys.stdout.write(printable(healing.diff, keep="\n\t"))
+        sys.stdout.flush()
+    elif healing.not_written:
+        why = printable(healing.not_written.rstrip("."))
+        print(f"qvl-agent: no healed script was written: {why}.", file=sys.stderr)
+    elif not healing.heals and healing.ok:
+        print("qvl-agent: no step needed healing.", file=sys.stderr)
+    if healing.trace_dir is not None:
+        print_report(healing.trace_dir)

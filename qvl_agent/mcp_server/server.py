@@ -36,7 +36,8 @@ INSTRUCTIONS = (
     "Use screenshot to look yourself, ask_screen to have the local model answer about the screen, locate to "
     "get the pixel position of an element, run_task to let it carry out a desktop task step by step "
     "(dry-run by default: it only says what it would do), and browse to do a task on a web page in a fresh "
-    "headless browser and get back a Playwright script that replays it."
+    "headless browser and get back a Playwright script that replays it, and replay to run such a script in a "
+    "sandbox (with heal=true the local model repairs steps the page's changes broke)."
 )
 
 
@@ -105,7 +106,7 @@ def flat(doc: str | None) -> str:
 
 
 def build_server(tools: ScreenTools) -> MCPServer:
-    """The MCP server with the five tools on `tools`."""
+    """The MCP server with the six tools on `tools`."""
     mcp = _Server("qvl-agent", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
@@ -178,6 +179,34 @@ def build_server(tools: ScreenTools) -> MCPServer:
         if script:
             content.append(TextContent(type="text", text=script))
         return CallToolResult(content=content, structured_content=data)
+
+    @tool(ToolAnnotations(destructive_hint=False, open_world_hint=True))
+    async def replay(
+        script: Annotated[str, Field(description="the text of a saved Playwright script, e.g. as browse returned it")],
+        heal: Annotated[
+            bool,
+            Field(
+                description="repair steps whose locator broke (the page changed) with the local model, and return "
+                "the healed script"
+            ),
+        ] = False,  # fmt: skip
+        timeout: Annotated[float, Field(gt=0, le=3600, description="end the run after this many seconds")] = 300,
+    ) -> CallToolResult:
+        """Run a saved Playwright script in qvl-agent's sandbox (network only to the origins in its header, a
+        fresh headless Chromium, its files into a new folder). With heal, a step that fails because the page
+        changed (renamed button, moved field, new ids, a banner in the way) is located again by the local
+        model from a screenshot and the step's intent, and the run goes on; every heal is listed, and when the
+        run reaches its end the healed script (which replays without the model) and its diff come back. A heal
+        the model is unsure of stops the run with one sentence (`stopped`)."""
+        out = await _call(tools.replay, script, heal, timeout)
+        lines = [f"exit status {out['exit_status']}"]
+        lines += [f"healed line {h['line']}: {h['failing']} -> {h['locator']}" for h in out["heals"] if h["locator"]]
+        if out["stopped"]:
+            lines.append(out["stopped"])
+        content = [TextContent(type="text", text="\n".join(lines) + "\n" + out["output"])]
+        if out["healed_script"]:
+            content.append(TextContent(type="text", text=out["healed_script"]))
+        return CallToolResult(content=content, structured_content=out, is_error=out["exit_status"] != 0)
 
     @tool(read_only)
     async def screenshot(monitor: Monitor = None) -> list:

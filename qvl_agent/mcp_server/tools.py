@@ -7,6 +7,7 @@ the calling model can act on), and returns plain data. `server.py` wraps them as
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ class RunOutcome:
 
 
 MAX_TEXT_CHARS = 20_000  # a question, task or description; a longer one would hold the engine for minutes
+MAX_SCRIPT_CHARS = 1_000_000  # a saved script to replay
 
 
 def _text(value: str, what: str, example: str) -> str:
@@ -235,6 +237,68 @@ class ScreenTools:
             export_trace(trace.dir, trace.dir / "script.py")
             script = (trace.dir / "script.py").read_text(encoding="utf-8")
         return RunOutcome.of(result, trace.dir), script
+
+    def replay(self, script: str, heal: bool = False, timeout_s: float = 300) -> dict:
+        """Run a saved Playwright script (its text) in the sandbox, as `qvl-agent replay` does: network only
+        to the origins its header names, its files into a new folder of its own. With `heal`, a step whose
+        locator broke is repaired by the model from a screenshot and the step's intent, and the healed
+        script's text comes back. Returns {"exit_status", "output", "heals", "stopped", "healed_script",
+        "diff", "report", "folder"}."""
+        from qvl_agent.act.netguard import local_target
+        from qvl_agent.grounding import point_or_click
+        from qvl_agent.playwright.chromium import find_browser
+        from qvl_agent.playwright.header import read_origins
+        from qvl_agent.playwright.heal_replay import failing_code, heal_replay, new_code
+        from qvl_agent.playwright.replay import replay_script
+
+        if not (script or "").strip():
+            raise UsageError("The script is empty: pass the text of a saved Playwright script.")
+        if len(script) > MAX_SCRIPT_CHARS:
+            raise UsageError(f"The script is {len(script):,} characters long; keep it under {MAX_SCRIPT_CHARS:,}.")
+        if not 0 < timeout_s <= 3600:
+            raise UsageError(f"timeout must be from 0 to 3600 seconds, not {timeout_s:g}.")
+        if not self.allow_local_urls:  # as browse: a script's header must not turn the server on its own machine
+            for origin in read_origins(script) or []:
+                if local := local_target(origin):
+                    raise UsageError(
+                        f"replay does not reach {local} on this server: it only runs scripts for public web sites "
+                        "unless the server was started with --allow-local-urls."
+                    )
+        browser = find_browser(self.browser, self.settings.browser)
+        run_dir = default_trace_dir()
+        run_dir.mkdir(mode=0o700, parents=True)
+        path = run_dir / "script.py"
+        path.write_text(script, encoding="utf-8")
+        path.chmod(0o600)
+        output = run_dir / "files"
+        out: dict = {"heals": [], "stopped": "", "healed_script": "", "diff": "", "report": ""}
+        with self._lock:
+            if heal:
+                healing = heal_replay(
+                    path, functools.partial(point_or_click, self.engine), engine_name=self.engine.name,
+                    trace_dir=run_dir / "heals", browser=browser, timeout_s=timeout_s,
+                    output=output, memory_mb=self.settings.sandbox_memory_mb,
+                )  # fmt: skip
+                result = healing.replay
+                out["heals"] = [
+                    {"step": h.step, "line": h.where.get("line"), "failing": failing_code(healing.source, h),
+                     "locator": new_code(h), "reused": h.reused, "covering": h.kind == "cover",
+                     "seconds": round(h.total_ms / 1000, 3), "not_healed": h.problem}
+                    for h in healing.heals
+                ]  # fmt: skip
+                out["stopped"] = healing.stopped
+                if healing.healed_path is not None:
+                    out["healed_script"] = healing.healed_path.read_text(encoding="utf-8")
+                    out["diff"] = healing.diff
+                out["report"] = _report(run_dir / "heals")
+            else:
+                result = replay_script(
+                    path, browser=browser, timeout_s=timeout_s, output=output, memory_mb=self.settings.sandbox_memory_mb
+                )
+        out["exit_status"] = result.returncode
+        out["output"] = result.output
+        out["folder"] = str(result.folder) if result.folder else ""
+        return out
 
     def _agent(self, executor, guard, trace: TraceWriter, max_steps: int, prompt: str):
         from qvl_agent.agent import Agent

@@ -42,6 +42,8 @@ from qvl_agent.playwright.assertions import end_state_assertions
 from qvl_agent.playwright.export_gate import check_export
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 from qvl_agent.playwright.header import render_header, script_origins
+from qvl_agent.playwright.intent import comment as intent_comment
+from qvl_agent.playwright.intent import op_action, reason_of, step_intent
 from qvl_agent.playwright.literals import comment_text, docstring_text, lit
 from qvl_agent.playwright.steps import Op, StepCompiler, python_locator, target_key
 from qvl_agent.secrets import PLACEHOLDER
@@ -74,6 +76,7 @@ Or:   python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECON
       $QVL_BROWSER, else Playwright's own Chromium; each step and check waits up to
       --timeout seconds, default 30)
 Exit status 0 when the page reaches the recorded end state, 1 when it does not.
+Each step's `# intent:` line says what it meant, for `qvl-agent replay --heal`; python ignores it.
 """
 
 import argparse
@@ -193,6 +196,7 @@ def compile_run(
         return _url_expr(url, origin)
 
     compiler = StepCompiler()
+    intents: dict[str, dict] = {}  # target_key(locator) -> the latest step's intent on that element
     last_url = start_url
     for i, step in enumerate(steps, start=1):
         n = step.get("step", i)  # the run's own step number, as the trace and the report show it
@@ -204,6 +208,8 @@ def compile_run(
             why = f"not replayed: the run blocked its navigation to {hosts}"
             compiler.add(Op([], comment=f"step {n}: {step.get('describe', step['kind'])} ({why})"))
             continue
+        if detail.get("locator") and detail["locator"].get("kind") != "point":
+            intents[target_key(detail["locator"])] = step_intent(n, step["kind"], detail, step.get("reason", ""))
         compiler.switch_tab(detail.get("tab", 0), f"step {n}: {step.get('describe', step['kind'])}")
         url_before = detail.get("url", last_url)
         if url_before != last_url and compiler.ops:
@@ -218,6 +224,8 @@ def compile_run(
     for op in compiler.ops:
         if op.comment:
             lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment
+        if op.code and op.target in intents:
+            lines.append(intent_comment(dict(intents[op.target], action=op_action(op.kind))))
         lines.extend(op.code)
     checks = end_state_assertions(final, last_url, url_expr, compiler.lost)
     if checks:
@@ -298,6 +306,7 @@ def steps_from_trace(trace) -> list[dict]:
                     "ok": bool(result.get("ok")),
                     "detail": result.get("detail") or {},
                     "describe": result.get("action", ""),
+                    "reason": reason_of(record.get("reply", "")),
                 }
             )
     return steps

@@ -17,6 +17,10 @@ Locators are plain dicts so that they go into the trace as JSON and `export` can
     {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
     {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
 
+Each resolved element also carries `near`, the nearest text before it in reading order (its caption when it
+has no name): exported scripts keep it in each step's intent, and `--heal` checks a CSS-path locator's
+element against it, so a field that swapped places with another is noticed instead of filled wrongly.
+
 For the exporter it also records what an element's locator alone does not say: its state
 (`element_state`: value, every selected option, checked, editable, whether the page listens to key events
 on it, which needs `KEY_LISTENERS_JS` installed before the page's scripts) and where inside it a pointer
@@ -50,8 +54,23 @@ _TARGET_JS = """
 }
 """
 
+# The nearest text before an element in reading order, outside it: what a person reads as its caption when
+# it has no name of its own ("Quantity" before a bare field, "Beta" before a row's star).
+NEAR_JS = """(t) => {
+  const walker = document.createTreeWalker(document.body || document.documentElement, NodeFilter.SHOW_TEXT);
+  walker.currentNode = t;
+  for (let n = walker.previousNode(); n; n = walker.previousNode()) {
+    const s = (n.data || '').replace(/\\s+/g, ' ').trim();
+    if (s && !t.contains(n) && !(n.parentElement && n.parentElement.closest('script,style,template'))) {
+      return s.slice(0, 60);
+    }
+  }
+  return '';
+}"""
+
 # Facts about an element that the candidate locators are built from, plus a unique CSS path.
-_INFO_JS = """
+_INFO_JS = (
+    """
 (t) => {
   const norm = s => (s || '').replace(/\\s+/g, ' ').trim();
   // An id that switches between letters and digits this often ("fc89yzs", "r-3Xk9") was generated when the
@@ -88,6 +107,9 @@ _INFO_JS = """
     return parts.join(' > ');
   };
   const labels = t.labels ? Array.from(t.labels).map(l => norm(l.innerText)).filter(Boolean) : [];
+  const near = ("""
+    + NEAR_JS
+    + """)(t);
   const r = t.getBoundingClientRect();
   return {
     tag: t.tagName.toLowerCase(),
@@ -98,10 +120,12 @@ _INFO_JS = """
     testid: t.getAttribute('data-testid') || '',
     text: norm(t.innerText || t.textContent),
     css: cssPath(t),
+    near,
     box: [r.x, r.y, r.width, r.height],
   };
 }
 """
+)
 
 # Counts the key listeners a page adds (installed before the page's own scripts), so that the recorder can
 # tell a field whose key events matter (`keys` in its state) from one where only the final value does.
@@ -243,7 +267,10 @@ def resolve_handle(page, handle) -> Located | None:
     info = handle.evaluate(_INFO_JS)
     for locator in candidates(page, info):
         if is_unique(page, locator, handle):
-            return Located(locator, {k: info[k] for k in ("tag", "type", "role", "css", "box")}, handle)
+            element = {k: info[k] for k in ("tag", "type", "role", "css", "near", "box")}
+            if info["text"] and len(info["text"]) <= MAX_TEXT and info["tag"] not in ("input", "select", "textarea"):
+                element["text"] = info["text"]  # what the element reads, for an intent without a name
+            return Located(locator, element, handle)
     return None
 
 
