@@ -139,7 +139,7 @@ def write_private(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     fd = _private(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:  # lone surrogates as \udXXX
+    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as fh:  # lone surrogates as backslash escapes
         fh.write(text)
     os.chmod(tmp, 0o600)  # an older temporary file keeps its own mode through O_CREAT
     tmp.replace(path)
