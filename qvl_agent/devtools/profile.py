@@ -113,7 +113,7 @@ def phase_stats(trace: dict, gpu: bool, top: int = 8) -> dict[str, dict]:
         ranges = [(m["ts"], m["ts"] + m["dur"]) for m in marks if m["name"] == f"qvl:{phase}"]
         if not ranges:
             continue
-        inside = lambda e: any(s <= e["ts"] <= t for s, t in ranges)  # noqa: E731
+        inside = lambda e, ranges=ranges: any(s <= e["ts"] <= t for s, t in ranges)  # noqa: E731
         if gpu:
             mine = [k for r in runtime if inside(r) for k in by_corr.get(r.get("args", {}).get("correlation", -2), [])]
         else:  # leaf CPU operators (no aten op inside them recorded) stand in for kernels
@@ -132,9 +132,7 @@ def phase_stats(trace: dict, gpu: bool, top: int = 8) -> dict[str, dict]:
             "kernel_ms_per_step": busy / steps / 1000,
             "gap_ms_per_step": max(span - busy, 0.0) / steps / 1000 if gpu else None,
             "kernels_per_step": len(mine) / steps,
-            "top": [
-                {"name": name[:90], "calls": len(d), "ms_per_step": sum(d) / steps / 1000} for name, d in ranked
-            ],
+            "top": [{"name": name[:90], "calls": len(d), "ms_per_step": sum(d) / steps / 1000} for name, d in ranked],
         }
     return out
 

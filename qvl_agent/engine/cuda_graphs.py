@@ -11,6 +11,9 @@ decode step or a short follow-up has almost no arithmetic to hide that behind. S
   only writes KV past the real tokens, which the slot's length then excludes, and causal attention keeps
   it out of the real tokens' logits. The slot keeps its length in a GPU tensor, so a replay needs no host
   synchronisation.
+- `greedy_chain` runs several decode steps in one graph, each fed the previous step's greedy choice on
+  the device (`GraphRunner.chains`, captured with the compiled step): one replay and one host sync per
+  k tokens instead of per token.
 - `vision_kwargs` precomputes the grid-dependent tensors of the vision tower on the host, which removes
   its per-layer host synchronisations (`cu_seqlens.tolist()`).
 
@@ -233,7 +236,6 @@ class GraphRunner:
         graph.replay()
         self.slot.length = start + 1
         return logits[:, -1]
-
 
     def run_chain(self, token: int, position: int, k: int, forced: int) -> torch.Tensor | None:
         """`k` greedy decode steps in one replay (see `greedy_chain`) from `token` at `position`; the k

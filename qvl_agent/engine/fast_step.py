@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 
 def supported(model) -> str:
-    """"" when `FastStep` computes exactly this model's decoder layers, else why not."""
+    """An empty string when `FastStep` computes exactly this model's decoder layers, else why not."""
     text = model.config.get_text_config()
     lm = getattr(getattr(model, "model", None), "language_model", None)
     if lm is None or not hasattr(lm, "rotary_emb"):

@@ -7,6 +7,9 @@ tokens the KV cache lacks, decode.
 - Greedy replies are decoded speculatively (unless `speculative` is off): drafts from the tool-call
   skeleton and prompt lookup (`speculate.py`) are verified in one multi-token forward and kept only where
   they equal the model's own greedy choice, so the reply is exactly plain greedy decoding.
+- Where no draft is proposed, greedy decoding runs chains of `engine.decode_steps` steps, each fed the
+  previous choice on the device, with one host sync per chain; end tokens, stop strings and the length
+  limit are checked on the host afterwards and whatever a chain ran past them is trimmed from the KV.
 - `prefetch(images)` encodes a screenshot and runs everything before the question while a person types.
 
 The ids and the text of a finished turn always agree: the KV never holds the last sampled token (the
