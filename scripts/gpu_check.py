@@ -258,13 +258,16 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
         c.turn("prefetched screenshot", s, "What is on this screen?")
         s.close()
 
-    for tag, on in ((" [speculative]", True), (" [plain]", False)):
-        engine.speculative = on
+    chain = engine.decode_steps
+    # Speculative (drafts verified, chains between them), plain (greedy chains of `decode_steps` tokens
+    # per replay) and single-step (one token per replay): all three must give the same tokens.
+    for tag, on, steps in ((" [speculative]", True, chain), (" [plain]", False, chain), (" [single-step]", False, 1)):
+        engine.speculative, engine.decode_steps = on, steps
         seed[0] = 100
         scenario("fresh + follow-up" + tag, lambda t=tag: fresh_and_follow_up(t))
         scenario("agent 3 steps" + tag, lambda t=tag: agent(t))
         scenario("tool call" + tag, lambda t=tag: tool_call(t))
-    engine.speculative = True
+    engine.speculative, engine.decode_steps = True, chain
     scenario("interleaved sessions", interleaved)
     scenario("dropped KV", dropped)
     scenario("cancelled stream", cancelled)
@@ -296,6 +299,10 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda"):
         if engine.fast is None or not engine.fast.prefill:
             problems.append(f"fast paths off: {engine.fast_problem or 'no prefill graphs'}")
+        if engine.step_weights is None:
+            problems.append("the hand-written decode step is off")
+        if engine.fast is not None and engine.decode_steps > 1 and not engine.fast.chains:
+            problems.append("no chained decode graphs were captured")
     checker = run(engine, log)
     rows = checker.rows
     # Speculative and plain decoding must give identical tokens.
@@ -303,6 +310,8 @@ def main(argv=None) -> int:
     for name, tokens in by_name.items():
         if name.endswith("[speculative]") and tokens != by_name.get(name.replace("[speculative]", "[plain]")):
             problems.append(f"{name}: speculative tokens differ from plain greedy")
+        if name.endswith("[plain]") and tokens != by_name.get(name.replace("[plain]", "[single-step]")):
+            problems.append(f"{name}: chained greedy steps differ from single steps")
     compared = sum(r["compared"] for r in rows)
     mismatches = sum(r["mismatches"] for r in rows)
     summary = {
@@ -311,6 +320,8 @@ def main(argv=None) -> int:
         "dtype": str(engine.dtype),
         "cuda_graphs": bool(engine.fast),
         "decode_path": engine.compile_status,
+        "decode_step": "fast step" if engine.step_weights is not None else "transformers forward",
+        "decode_chain": max([k for k, _ in engine.fast.chains], default=1) if engine.fast else 1,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "scenarios": len(rows),
         "tokens_compared": compared,
@@ -329,7 +340,7 @@ def main(argv=None) -> int:
         )
     print(
         f"SUMMARY {summary['device']} {summary['dtype']} graphs={summary['cuda_graphs']} "
-        f"decode={summary['decode_path']} "
+        f"decode={summary['decode_path']} step={summary['decode_step']} chain={summary['decode_chain']} "
         f"({summary['prefill_graphs']} prefill): {summary['scenarios']} turns, {compared} tokens compared, "
         f"{mismatches} mismatches, {summary['near_ties']} near-ties, {summary['draft_accepted']} drafts kept; "
         f"problems: {problems or 'none'}"

@@ -22,16 +22,18 @@ def test_profile_reports_every_phase_of_a_real_turn(tiny_model_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
     phases = report["phases"]
-    assert set(phases) == {"vision", "prefill", "decode", "verify"}
+    assert set(phases) == {"vision", "prefill", "decode", "chain", "verify"}
     # The profiled pass decodes `tokens` tokens with speculation off (the first comes from the prefill),
-    # then a forced tool call whose drafts are checked in verify steps.
+    # one step per replay, then again in chains of several steps, then a forced tool call whose drafts
+    # are checked in verify steps.
     assert phases["decode"]["steps"] >= tokens - 1
+    assert 1 <= phases["chain"]["steps"] < tokens - 1
     assert phases["verify"]["steps"] >= 1 and phases["vision"]["steps"] >= 2  # two fresh screenshots
     for p in phases.values():
         assert p["wall_ms_per_step"] > 0 and p["kernel_ms_per_step"] > 0 and p["top"]
         assert p["kernel_ms_per_step"] <= p["wall_ms_per_step"] * 1.01  # ops run inside their phase
     host = report["host_ms_per_token"]
-    assert host["graph replay / forward"] > 0 and host["detokenise + stop check"] > 0
+    assert host["chained steps + their sync"] > 0 and host["detokenise + stop check"] > 0
     assert "top kernels, decode" in r.stdout and "host time per decoded token" in r.stdout
 
 

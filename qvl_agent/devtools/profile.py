@@ -1,7 +1,8 @@
 """Where the engine's time goes: GPU kernel time, the gaps between kernels, and host time per token.
 
-Four phases of a real turn are profiled with torch.profiler (CUPTI on a GPU): the vision tower on a fresh
-1080p screenshot, a prompt prefill with cached vision features, plain decode (speculation off) and the
+Five phases of a real turn are profiled with torch.profiler (CUPTI on a GPU): the vision tower on a fresh
+1080p screenshot, a prompt prefill with cached vision features, plain decode one step per replay, the same
+decode as chains of `engine.decode_steps` greedy steps per replay (speculation off for both) and the
 verify steps of a speculative tool-call reply. Each phase is marked with `record_function` around the
 engine's own methods, and a kernel belongs to a phase when the runtime call that launched it (a kernel
 launch or a CUDA graph replay, matched by correlation id) ran inside the mark. Per phase:
@@ -39,10 +40,11 @@ from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.local_session import LocalSession
 from qvl_agent.engine.qwen3vl import Qwen3VLEngine, pick_device
 
-PHASES = ("vision", "prefill", "decode", "verify")
+PHASES = ("vision", "prefill", "decode", "chain", "verify")
 # Host functions of the decode loop, by the name cProfile gives them: (label, file suffix, function).
 HOST_PARTS = (
     ("graph replay / forward", "local_session.py", "_run_tokens"),
+    ("chained steps + their sync", "local_session.py", "_run_chain"),
     ("token choice + sync", "local_session.py", "_choices"),
     ("detokenise + stop check", "decode.py", "push"),
     ("drafting", "speculate.py", "propose"),
@@ -56,6 +58,7 @@ def _marked(engine: Qwen3VLEngine):
     original_encode = engine.encode_images
     original_prompt = LocalSession._run_prompt
     original_tokens = LocalSession._run_tokens
+    original_chain = LocalSession._run_chain
 
     def encode_images(shots):
         with record_function("qvl:vision"):
@@ -69,13 +72,19 @@ def _marked(engine: Qwen3VLEngine):
         with record_function("qvl:decode" if len(ids) == 1 else "qvl:verify"):
             return original_tokens(self, ids, position)
 
+    def run_chain(self, token, position, k, index, options):
+        with record_function("qvl:chain"):
+            return original_chain(self, token, position, k, index, options)
+
     engine.encode_images = encode_images
     LocalSession._run_prompt, LocalSession._run_tokens = run_prompt, run_tokens
+    LocalSession._run_chain = run_chain
     try:
         yield
     finally:
         del engine.encode_images
         LocalSession._run_prompt, LocalSession._run_tokens = original_prompt, original_tokens
+        LocalSession._run_chain = original_chain
 
 
 def _union_us(intervals: list[tuple[float, float]]) -> float:
@@ -158,11 +167,16 @@ def run(model: str | None, device: str, tokens: int, screen: tuple[int, int] = (
     log(f"decode path: {engine.compile_status}")
     shots = [ui_screenshot(i, *screen) for i in range(2)]
 
+    chain = engine.decode_steps
+
     def turns() -> None:
         engine.speculative = False
         engine.open_session([shots[0]]).complete(QUESTION, options=GenerationOptions(max_new_tokens=1))
-        session = engine.open_session([shots[0]])  # features cached: a prefill without the tower
-        session.complete(QUESTION, options=GenerationOptions(max_new_tokens=tokens, min_new_tokens=tokens))
+        fixed = GenerationOptions(max_new_tokens=tokens, min_new_tokens=tokens)
+        engine.decode_steps = 1  # "decode": one step per replay
+        engine.open_session([shots[0]]).complete(QUESTION, options=fixed)  # features cached: no tower
+        engine.decode_steps = chain  # "chain": `chain` steps per replay, one sync each
+        engine.open_session([shots[0]]).complete(QUESTION, options=fixed)
         engine.speculative = True
         agent = engine.open_session([shots[1]])
         agent.complete(QUESTION, options=_forced(engine, TOOL_CALLS[0]))

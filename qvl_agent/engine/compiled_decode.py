@@ -109,8 +109,12 @@ class BackgroundSwap:
 
 def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     """The background build of a compiled decode step for every view of `engine.fast`'s KV slot,
-    shortest view first (most conversations are short)."""
-    from qvl_agent.engine.cuda_graphs import KVSlot
+    shortest view first (most conversations are short). The step is `fast_step.FastStep` with its
+    element-wise pieces compiled when the engine fused its weights (`engine.step_weights`), else
+    transformers' forward compiled whole. With `engine.decode_steps` > 1 each view also gets a chain of
+    that many greedy steps in one graph (`cuda_graphs.greedy_chain`)."""
+    from qvl_agent.engine.cuda_graphs import KVSlot, greedy_chain
+    from qvl_agent.engine.fast_step import FastStep
 
     runner = engine.fast
     slot = runner.slot
@@ -122,11 +126,19 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     # here passes its guards there and installing needs no second compile.
     scratch = KVSlot(model, slot.max_len, engine.device, engine.dtype)
 
-    def forward(ids, pos, cache):
-        return model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True).logits
+    if engine.step_weights is not None:
+        step = FastStep(
+            model, engine.step_weights, compile=lambda f: torch.compile(f, mode=mode, dynamic=False, fullgraph=True)
+        )
+    else:
 
-    step = torch.compile(forward, mode=mode, fullgraph=False)
+        def forward(ids, pos, cache):
+            return model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True).logits
+
+        step = torch.compile(forward, mode=mode, fullgraph=False)
     device = engine.device
+    k = engine.decode_steps
+    banned, eos = engine.banned_ids, torch.tensor(engine.eos_list, device=device)
 
     def prepare(span: int) -> None:
         ids = torch.zeros(1, 1, dtype=torch.long, device=device)
@@ -143,11 +155,22 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
         ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
         length, cache = slot.length, slot.views[span]
-        # The capture's warm-up writes slot position 0: the next turn reloads its session's KV.
+        # The capture's warm-up writes the slot's first positions: the next turn reloads its session's KV.
         slot.owner = None
         graph, logits = runner._capture(lambda: step(ids, pos, cache), thread_local=True)
+        chain = None
+        if k > 1 and span >= k:
+            c_ids, c_pos = torch.zeros_like(ids), torch.zeros_like(pos)
+            forced = torch.zeros((), dtype=torch.long, device=device)
+            c_graph, picks = runner._capture(
+                lambda: greedy_chain(lambda i, p: step(i, p, cache), c_ids, c_pos, forced, k, banned, eos),
+                thread_local=True,
+            )
+            chain = (c_graph, c_ids, c_pos, forced, picks)
         slot.set_length(length)
         torch.cuda.synchronize(device)
         runner.decode[span] = (graph, ids, pos, logits)
+        if chain is not None:
+            runner.chains[(k, span)] = chain
 
     return BackgroundSwap(engine.lock, slot.spans, prepare, install)

@@ -11,6 +11,9 @@ decode step or a short follow-up has almost no arithmetic to hide that behind. S
   only writes KV past the real tokens, which the slot's length then excludes, and causal attention keeps
   it out of the real tokens' logits. The slot keeps its length in a GPU tensor, so a replay needs no host
   synchronisation.
+- `greedy_chain` runs several decode steps in one graph, each fed the previous step's greedy choice on
+  the device (`GraphRunner.chains`, captured with the compiled step): one replay and one host sync per
+  k tokens instead of per token.
 - `vision_kwargs` precomputes the grid-dependent tensors of the vision tower on the host, which removes
   its per-layer host synchronisations (`cu_seqlens.tolist()`).
 
@@ -135,6 +138,7 @@ class GraphRunner:
         self.sizes = tuple(sorted(prefill_sizes))
         self.levels = len(model.config.vision_config.deepstack_visual_indexes)
         self.decode: dict[int, tuple] = {}  # span -> (graph, ids, pos, logits)
+        self.chains: dict[tuple[int, int], tuple] = {}  # (k, span) -> (graph, ids, pos, forced, picks)
         self.prefill: dict[tuple[int, int], tuple] = {}  # (size, span) -> (graph, embeds, pos, deepstack, hidden)
         self.pool = None
         self.problem = ""  # why prefill graphs are off, when they are
@@ -222,8 +226,9 @@ class GraphRunner:
             return self.model.lm_head(hidden[0, :n])
         return self.model.lm_head(hidden[:, n - 1])
 
-    def run_decode(self, token: int, position: int) -> torch.Tensor:
-        """Append one token id at `position`; its logits `[1, V]`."""
+    def run_decode(self, token: int | torch.Tensor, position: int) -> torch.Tensor:
+        """Append one token id (an int, or a 0-d tensor on the device: no host sync) at `position`; its
+        logits `[1, V]`."""
         start = self.slot.length
         graph, ids_buf, pos_buf, logits = self.decode[self.slot.span_for(start + 1)]
         ids_buf.fill_(token)
@@ -231,6 +236,49 @@ class GraphRunner:
         graph.replay()
         self.slot.length = start + 1
         return logits[:, -1]
+
+    def run_chain(self, token: int, position: int, k: int, forced: int) -> torch.Tensor | None:
+        """`k` greedy decode steps in one replay (see `greedy_chain`) from `token` at `position`; the k
+        chosen ids `[k]`, still on the device. The slot then holds `token` and the first k-1 of them.
+        None when no chain of `k` steps is captured for the view this needs."""
+        start = self.slot.length
+        if start + k > self.slot.max_len:
+            return None
+        entry = self.chains.get((k, self.slot.span_for(start + k)))
+        if entry is None:
+            return None
+        graph, ids_buf, pos_buf, forced_buf, picks = entry
+        ids_buf.fill_(token)
+        pos_buf.fill_(position)
+        forced_buf.fill_(forced)
+        graph.replay()
+        self.slot.length = start + k
+        return picks
+
+
+def greedy_pick(logits: torch.Tensor, banned: torch.Tensor, eos: torch.Tensor, forbid_eos) -> torch.Tensor:
+    """The greedy choice `[1]` from `logits [1, V]`: never a `banned` id, and no `eos` id while
+    `forbid_eos` (a bool, or a bool tensor on the device so that a captured graph can decide)."""
+    logits = logits.index_fill(1, banned, float("-inf"))
+    if isinstance(forbid_eos, torch.Tensor):
+        logits = torch.where(forbid_eos, logits.index_fill(1, eos, float("-inf")), logits)
+    elif forbid_eos:
+        logits = logits.index_fill(1, eos, float("-inf"))
+    return logits.argmax(dim=-1)
+
+
+def greedy_chain(step, ids: torch.Tensor, pos: torch.Tensor, forced: torch.Tensor, k: int, banned, eos) -> torch.Tensor:
+    """`k` decode steps, each fed the previous step's greedy choice on the device: the ids `[k]`.
+    `step(ids, pos)` appends one token and returns logits `[1, 1, V]`; `ids [1, 1]` and `pos [3, 1, 1]`
+    are the first step's inputs and advance in place; end tokens are not chosen in the first `forced`
+    (a 0-d tensor) steps (`min_new_tokens`)."""
+    picks = []
+    for j in range(k):
+        pick = greedy_pick(step(ids, pos)[:, -1], banned, eos, forced > j)
+        picks.append(pick)
+        ids.copy_(pick.view(1, 1))
+        pos.add_(1)
+    return torch.cat(picks)
 
 
 def vision_kwargs(grid: torch.Tensor, visual, config) -> dict:

@@ -7,6 +7,9 @@ tokens the KV cache lacks, decode.
 - Greedy replies are decoded speculatively (unless `speculative` is off): drafts from the tool-call
   skeleton and prompt lookup (`speculate.py`) are verified in one multi-token forward and kept only where
   they equal the model's own greedy choice, so the reply is exactly plain greedy decoding.
+- Where no draft is proposed, greedy decoding runs chains of `engine.decode_steps` steps, each fed the
+  previous choice on the device, with one host sync per chain; end tokens, stop strings and the length
+  limit are checked on the host afterwards and whatever a chain ran past them is trimmed from the KV.
 - `prefetch(images)` encodes a screenshot and runs everything before the question while a person types.
 
 The ids and the text of a finished turn always agree: the KV never holds the last sampled token (the
@@ -22,7 +25,7 @@ import torch
 
 from qvl_agent.engine.base import GenerationOptions, Session, TurnStats
 from qvl_agent.engine.context import Context, ImageSpan, tokenize_with_images
-from qvl_agent.engine.cuda_graphs import text_forward
+from qvl_agent.engine.cuda_graphs import greedy_pick, text_forward
 from qvl_agent.engine.decode import TextStream, select_token
 from qvl_agent.engine.feature_cache import Features
 from qvl_agent.engine.kv_state import SessionKV
@@ -196,6 +199,40 @@ class LocalSession(Session):
         self.kv.ran_tokens(ids)
         return logits
 
+    def _chain_length(self, options: GenerationOptions, index: int, drafts: list[int]) -> int:
+        """How many greedy steps the next forward may chain without the host (1: a plain step). Reply
+        token `index` is the chain's first pick. Not for sampling, drafts, or forced ids, which the host
+        decides; end tokens still forbidden by `min_new_tokens` are masked on the device."""
+        k = min(self.engine.decode_steps, MAX_DRAFT + 1)  # the slot keeps room for that many (`_prefill`)
+        if k < 2 or drafts or options.temperature > 0 or index < len(options.force_ids):
+            return 1
+        return k if options.max_new_tokens - index > 1 else 1
+
+    def _run_chain(self, token: int, position: int, k: int, index: int, options: GenerationOptions) -> list[int]:
+        """Append `token` at `position` and the greedy choices after it, k steps without a host sync;
+        returns the k choices (reply tokens `index`..`index + k - 1`). The KV then holds `token` and the
+        first k-1 choices: whatever follows an end token or a stop string is trimmed by the caller."""
+        e = self.engine
+        self.kv.check()
+        forced = max(0, options.min_new_tokens - index)
+        picks = e.fast.run_chain(token, position, k, forced) if self.kv.slot is not None else None
+        if picks is None:  # no captured chain: the same steps one launch at a time, still one sync
+            eos = torch.tensor(e.eos_list, device=e.device)
+            current = torch.tensor(token, device=e.device)
+            chosen = []
+            for j in range(k):
+                if self.kv.slot is not None:
+                    logits = e.fast.run_decode(current, position + j)
+                else:
+                    pos = torch.full((3, 1, 1), position + j, device=e.device)
+                    logits = e.forward(current.view(1, 1), pos, self.kv.cache, [], keep=1)
+                current = greedy_pick(logits, e.banned_ids, eos, j < forced)[0]
+                chosen.append(current)
+            picks = torch.stack(chosen)
+        out = picks.tolist()  # the one host sync per chain
+        self.kv.ran_tokens([token, *out[:-1]])
+        return out
+
     def _can_draft(self, options: GenerationOptions) -> bool:
         e = self.engine
         if not e.speculative or options.temperature > 0:
@@ -283,6 +320,10 @@ class LocalSession(Session):
                         drafter.extend(chosen)
                         drafts = drafter.propose(min(MAX_DRAFT, options.max_new_tokens - len(generated) - 1))
                     position = pos0 + len(generated) - 1
+                    k = self._chain_length(options, len(generated), drafts)
+                    if k > 1:
+                        chosen, m = self._run_chain(generated[-1], position, k, len(generated), options), 0
+                        continue
                     logits = self._run_tokens([generated[-1], *drafts], position)
                     picks = self._choices(logits, len(generated), options, generated)
                     m = accepted_count(drafts, picks)

@@ -25,6 +25,8 @@ from qvl_agent.config import Settings, download_command
 from qvl_agent.engine.base import Engine, GenerationOptions
 from qvl_agent.engine.context import Context, ImageSpan
 from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
+from qvl_agent.engine.fast_step import fuse_weights
+from qvl_agent.engine.fast_step import supported as fast_step_supported
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
 from qvl_agent.engine.kv_state import TurnLock
 from qvl_agent.engine.local_session import LocalSession
@@ -41,6 +43,10 @@ SLOT_TOKENS = 16_384
 # screenshot's 8k-token prompt is faster than chunks of it; a CPU needs seconds for 1k tokens of the 2B.
 PREFILL_CHUNK = {"cuda": 8192}
 PREFILL_CHUNK_OTHER = 1024
+# Greedy tokens decoded per host round trip when no draft is proposed: one graph replay runs this many
+# steps, each fed the previous one's choice on the device, and one sync brings them back. Up to k-1 steps
+# past an end token or a stop string are wasted (and trimmed from the KV); a cancel waits for at most k.
+DECODE_STEPS = 8
 
 
 def pick_device(device: str) -> torch.device:
@@ -147,12 +153,17 @@ class Qwen3VLEngine(Engine):
         self.fast: GraphRunner | None = None  # CUDA graphs, set up by warm_up() on a GPU
         self.fast_problem = ""  # why the graphs are off, when they are
         self.compiler = None  # the background build of the compiled decode step (`compiled_decode.py`)
+        self.step_weights = None  # fused per-layer weights of the hand-written decode step (`fast_step.py`)
+        self.decode_steps = DECODE_STEPS
 
     def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
         """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
         On a CPU only the turn runs. A GPU path that cannot be captured falls back to eager, and
         `fast_problem` says why."""
         if self.device.type == "cuda" and self.fast is None:
+            # Before any capture: fusing replaces the weight tensors that graphs read.
+            if self.step_weights is None and not fast_step_supported(self.model):
+                self.step_weights = fuse_weights(self.model)
             try:
                 slot = KVSlot(self.model, slot_tokens, self.device, self.dtype)
                 runner = GraphRunner(self.model, slot)
