@@ -29,7 +29,7 @@ def test_listed_tool_descriptions_carry_no_indentation_runs():
             return (await client.list_tools()).tools
 
     tools = anyio.run(listed)
-    assert {t.name for t in tools} == {"ask_screen", "locate", "run_task", "browse", "screenshot"}
+    assert {t.name for t in tools} == {"ask_screen", "locate", "run_task", "browse", "screenshot", "replay"}
     for tool in tools:
         assert len(tool.description) > 40, tool.name
         for text in [tool.description, *_texts(tool.input_schema)]:
