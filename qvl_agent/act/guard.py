@@ -164,7 +164,7 @@ POLL_S = 0.1  # how often a waiting y/N prompt looks at the stop switch
 _pending: dict[int, bytes] = {}  # bytes read past a prompt's line (piped answers), per file descriptor
 
 
-def _read_line(stream, switch: StopSwitch | None) -> str:
+def read_line(stream, switch: StopSwitch | None) -> str:
     """One line from `stream`, or "" at its end or when the switch is set while waiting."""
     if stream is None or getattr(stream, "closed", False):
         return ""
@@ -200,7 +200,7 @@ def terminal_confirm(
     why = system_chord(action.keys, stop_chord) if isinstance(action, A.Key) else ""
     warning = f" WARNING: a system key combination ({why})." if why else ""
     print(f"qvl-agent: {describe_pixels(action, pixels)}.{warning} Do it? [y/N] ", end="", file=sys.stderr, flush=True)
-    line = _read_line(sys.stdin if stream is None else stream, switch)
+    line = read_line(sys.stdin if stream is None else stream, switch)
     if switch is not None and switch.is_set():
         print(file=sys.stderr, flush=True)  # end the prompt's line before the stop message
         return False
@@ -232,9 +232,9 @@ class Guard:
         self.max_actions_per_reply = max_actions_per_reply
         self.max_type_chars = max_type_chars
         try:
-            self._stop_chord = hotkey_chord(hotkey_keys(hotkey)) if hotkey else frozenset()
+            self.stop_chord = hotkey_chord(hotkey_keys(hotkey)) if hotkey else frozenset()
         except ConfigError:
-            self._stop_chord = frozenset()  # `start` says why the hotkey is unusable
+            self.stop_chord = frozenset()  # `start` says why the hotkey is unusable
         self._listener: HotkeyListener | None = None
 
     @classmethod
@@ -248,7 +248,7 @@ class Guard:
         )
 
     def _ask_terminal(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
-        return terminal_confirm(action, pixels, shot, switch=self.switch, stop_chord=self._stop_chord)
+        return terminal_confirm(action, pixels, shot, switch=self.switch, stop_chord=self.stop_chord)
 
     def start(self) -> str:
         """Start the stop hotkey listener if one is configured. Returns "" or one sentence saying why the
@@ -305,7 +305,7 @@ class Guard:
                 f"{self.max_type_chars}; type it in shorter parts."
             )
         pixels = self.pixels(action, shot)
-        why = "" if self.allow_keys or not isinstance(action, A.Key) else system_chord(action.keys, self._stop_chord)
+        why = "" if self.allow_keys or not isinstance(action, A.Key) else system_chord(action.keys, self.stop_chord)
         if why and self.mode == "auto":
             if not self.confirm(action, pixels, shot):
                 self.switch.check()

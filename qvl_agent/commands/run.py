@@ -25,7 +25,7 @@ from pathlib import Path
 from qvl_agent import actions as A
 from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
-from qvl_agent.act.guard import Guard, Pixels, _read_line, describe_pixels
+from qvl_agent.act.guard import Guard, Pixels, describe_pixels, read_line
 from qvl_agent.act.keys import system_chord
 from qvl_agent.actions import printable
 from qvl_agent.agent import Agent
@@ -80,7 +80,7 @@ class TerminalConfirm:
     def __call__(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
         self.desktop.validate(action)  # a key this keyboard lacks is refused now, not after a "y"
         self._say_reply()
-        stop_chord = getattr(self.guard, "_stop_chord", frozenset())
+        stop_chord = self.guard.stop_chord
         why = system_chord(action.keys, stop_chord) if isinstance(action, A.Key) else ""
         warning = f" WARNING: a system key combination ({why})." if why else ""
         marked = bool(pixels) and self.marker is not None and self.marker.show(*pixels[0], A.describe(action))
@@ -89,7 +89,7 @@ class TerminalConfirm:
         print(f"qvl-agent: {describe_pixels(action, pixels)}{where}.{warning} {HELP} {prompt}",
               end="", file=sys.stderr, flush=True)  # fmt: skip
         try:
-            answer = _read_line(sys.stdin if self.stream is None else self.stream, self.guard.switch).strip().lower()
+            answer = read_line(sys.stdin if self.stream is None else self.stream, self.guard.switch).strip().lower()
         finally:
             if marked:
                 self.marker.hide()
