@@ -148,6 +148,8 @@ class Settings:
     session_memory_mb: int = 4096  # KV caches of idle sessions beyond this are evicted, oldest first
     speculative: bool = True  # greedy replies draft tool-call skeletons and n-grams, verified in one forward
     compile: bool = True  # on a GPU, a torch.compile'd decode step is built in the background and swapped in
+    max_batch: int = 16  # turns of different sessions decoding in one batched step; 1 turns batching off
+    batch_memory_mb: int = 8192  # KV memory of the batch's rows (4,096 tokens each), which bounds it too
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
@@ -169,14 +171,26 @@ class Settings:
 # Whole numbers are bounded before any use: a 400-digit max_new_tokens would pass every minimum and only
 # fail deep inside the engine (a C integer), and Python refuses to even print one of 4,300 digits.
 MAX_INT_DIGITS = 15
-INT_MAXIMUM = {"max_new_tokens": 1_048_576, "max_actions_per_reply": 100_000, "max_type_chars": 10_000_000}
+INT_MAXIMUM = {
+    "max_new_tokens": 1_048_576,
+    "max_actions_per_reply": 100_000,
+    "max_type_chars": 10_000_000,
+    "max_batch": 64,
+}
 
 
 def _check_value(name: str, value) -> None:
     """ConfigError naming `name` when `value` (already of the field's type) cannot be used."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**MAX_INT_DIGITS:
         raise ConfigError(f"{name} must be a whole number of at most {MAX_INT_DIGITS} digits, not one that long.")
-    minimum = {"max_pixels": 65_536, "max_new_tokens": 1, "max_actions_per_reply": 1, "max_type_chars": 1}
+    minimum = {
+        "max_pixels": 65_536,
+        "max_new_tokens": 1,
+        "max_actions_per_reply": 1,
+        "max_type_chars": 1,
+        "max_batch": 1,
+        "batch_memory_mb": 0,
+    }
     if name in minimum and value < minimum[name]:
         raise ConfigError(f"{name} must be at least {minimum[name]}, not {value}.")
     if name in INT_MAXIMUM and value > INT_MAXIMUM[name]:
@@ -207,6 +221,8 @@ ENV_VARS = {
     "QVL_SESSION_MEMORY_MB": "session_memory_mb",
     "QVL_SPECULATE": "speculative",
     "QVL_COMPILE": "compile",
+    "QVL_MAX_BATCH": "max_batch",
+    "QVL_BATCH_MEMORY_MB": "batch_memory_mb",
     "QVL_SAFETY_MODE": "safety_mode",
     "QVL_BROWSER": "browser",
     "QVL_SANDBOX_MEMORY_MB": "sandbox_memory_mb",

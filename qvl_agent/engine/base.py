@@ -49,6 +49,8 @@ class TurnStats:
     cached_tokens: int = 0  # of those, how many came from a reused KV cache
     draft_accepted: int = 0  # reply tokens that were drafted and verified, without a forward of their own
     decode_path: str = ""  # local engine: "eager", "plain graphs", "compiling i/n" or "compiled"
+    decode_batch: float = 1.0  # local engine: turns per decode step this reply shared, on average
+    decode_batch_max: int = 1  # and at most
 
     def as_dict(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}

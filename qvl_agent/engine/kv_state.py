@@ -39,6 +39,15 @@ class TurnLock:
         self._holder = None
         self._lock.release()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a turn holds the model now."""
+        return self._lock.locked()
+
+    def held_here(self) -> bool:
+        """Whether this thread's own turn holds the model."""
+        return self._holder == threading.get_ident()
+
 
 class SessionKV:
     def __init__(self, config, owner: str):

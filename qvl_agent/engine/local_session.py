@@ -159,9 +159,19 @@ class LocalSession(Session):
     def _prefill_eager(self, target, reuse, fresh, feats, pos):
         """Prefill on the session's own cache, `engine.prefill_chunk` tokens at a time, checking the
         cancel flag between chunks (what has run stays in the KV for the next turn)."""
+        chunks = self._prefill_chunks(target, reuse, fresh, feats, pos, self.engine.prefill_chunk)
+        while True:
+            try:
+                next(chunks)
+            except StopIteration as done:
+                return done.value
+
+    def _prefill_chunks(self, target, reuse, fresh, feats, pos, chunk: int):
+        """`_prefill_eager` as a generator that pauses between chunks (the batcher runs decode steps
+        of other turns there); returns the last position's logits `[1, V]`."""
         e = self.engine
         ids = torch.tensor([target.ids[reuse:]], device=e.device)
-        n, chunk = ids.shape[1], e.prefill_chunk
+        n = ids.shape[1]
         if n <= chunk:
             logits = e.forward(ids, pos, self.kv.cache, feats)
             self.kv.ran(target, len(target.ids))
@@ -173,6 +183,8 @@ class LocalSession(Session):
             level[0].index_copy_(0, index, values.to(level.dtype))
             dense.append(level)
         for c0 in range(0, n, chunk):
+            if c0:
+                yield
             if self.cancelled:
                 raise GenerationCancelled("The answer was stopped.")
             c1 = min(n, c0 + chunk)
@@ -269,9 +281,22 @@ class LocalSession(Session):
 
     # --- a turn -----------------------------------------------------------------------------------------
 
+    def take_prefetched(self, pre_ms: float, vis_ms: float, ran: bool) -> tuple[float, float, bool]:
+        """This turn's image work plus what a prefetch did for it (which belongs to this turn's stats)."""
+        (p, v, r), self._prefetched = self._prefetched, (0.0, 0.0, False)
+        return pre_ms + p, vis_ms + v, ran or r
+
     @torch.inference_mode()
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         e = self.engine
+        batcher = e.batcher
+        # Join the batch when the model is busy with other turns (a lone turn keeps the single-stream
+        # path); never when this thread's own unfinished turn holds the model, which would wait for itself.
+        if batcher is not None and not e.lock.held_here() and (batcher.busy or e.lock.busy):
+            target, shots = self._target(text, images)
+            if batcher.fits(target, options):
+                yield from batcher.run(self, text, images, options, target, shots)
+                return
         with e.lock:
             start = time.perf_counter()
             self.last_used = time.monotonic()
@@ -281,15 +306,14 @@ class LocalSession(Session):
             except BaseException:
                 self.kv.sync()
                 raise
-            # The images' work done by a prefetch belongs to this turn's stats.
-            pre_ms, vis_ms, ran = pre_ms + self._prefetched[0], vis_ms + self._prefetched[1], ran or self._prefetched[2]
-            self._prefetched = (0.0, 0.0, False)
+            pre_ms, vis_ms, ran = self.take_prefetched(pre_ms, vis_ms, ran)
             stream = TextStream(e.tokenizer, options.stop)
             drafter = Drafter(target.ids, e.skeletons) if self._can_draft(options) else None
             generated: list[int] = []
             accepted = 0
             ttft = None
             ended_with_eos = False
+            handed_over = False  # the rest of the reply decodes in the batch
             decode_start = time.perf_counter()
             try:
                 chosen = self._choices(logits, 0, options, generated)
@@ -315,6 +339,12 @@ class LocalSession(Session):
                         break
                     if self.cancelled:
                         raise GenerationCancelled("The answer was stopped.")
+                    if batcher is not None and batcher.waiting and batcher.fits(target, options):
+                        # Others wait for the model: go on in the batch with them rather than make them
+                        # wait for this whole reply. The KV holds everything but the last token.
+                        self.kv.sync()
+                        handed_over = True
+                        break
                     drafts = []
                     if drafter is not None:
                         drafter.extend(chosen)
@@ -329,11 +359,12 @@ class LocalSession(Session):
                     m = accepted_count(drafts, picks)
                     self.kv.trim(len(target.ids) + len(generated) + m)  # rejected drafts leave the KV
                     chosen = drafts[:m] + [picks[m]]
-                tail = stream.flush()
+                tail = "" if handed_over else stream.flush()
                 if tail:
                     yield tail
             finally:
-                self._finish(target, pos0, generated, ended_with_eos)
+                if not handed_over:
+                    self._finish(target, pos0, generated, ended_with_eos)
                 end = time.perf_counter()
                 n_decode = max(len(generated) - 1, 0)  # tokens after the first
                 self.last_stats = TurnStats(
@@ -351,7 +382,21 @@ class LocalSession(Session):
                     decode_path=e.compile_status,
                 )
                 self.last_used = time.monotonic()
-                e.enforce_memory_cap(keep=self)
+                if not handed_over:
+                    e.enforce_memory_cap(keep=self)
+        if handed_over:
+            yield from batcher.adopt(
+                self,
+                options,
+                target,
+                generated=generated,
+                stream=stream,
+                pos0=pos0,
+                start=start,
+                ttft=ttft,
+                prompt=(pre_ms, vis_ms, ran, reuse),
+                accepted=accepted,
+            )
 
     def _finish(self, target: Context, pos0: int, generated: list[int], ended_with_eos: bool) -> None:
         """Leave the KV holding the prompt and every generated token but the last, and record the turn

@@ -23,6 +23,8 @@ import torch
 
 from qvl_agent.config import Settings, download_command
 from qvl_agent.engine.base import Engine, GenerationOptions
+from qvl_agent.engine.batch_kv import BatchKV
+from qvl_agent.engine.batcher import ROW_TOKENS, Batcher
 from qvl_agent.engine.context import Context, ImageSpan
 from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
 from qvl_agent.engine.fast_step import fuse_weights
@@ -155,6 +157,7 @@ class Qwen3VLEngine(Engine):
         self.compiler = None  # the background build of the compiled decode step (`compiled_decode.py`)
         self.step_weights = None  # fused per-layer weights of the hand-written decode step (`fast_step.py`)
         self.decode_steps = DECODE_STEPS
+        self.batcher: Batcher | None = None  # continuous batching of concurrent turns, set up by warm_up()
 
     def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
         """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
@@ -174,12 +177,22 @@ class Qwen3VLEngine(Engine):
                 self.fast = None
             if self.fast is not None and self.fast.problem:
                 self.fast_problem = self.fast.problem
+        if self.batcher is None:
+            self.start_batching(self.settings.max_batch, self.settings.batch_memory_mb)
         blank = Screenshot(bytes(256 * 256 * 3), 256, 256, "RGB", source="warm-up")
         session = self.open_session([blank])
         session.complete("Hi", options=GenerationOptions(max_new_tokens=2, min_new_tokens=2))
         session.close()
         if self.fast is not None and self.settings.compile:
             self.start_compile()
+
+    def start_batching(self, max_batch: int, memory_mb: int) -> None:
+        """Let turns of different sessions that overlap decode in one batched step (`batcher.py`): as
+        many rows as `max_batch` and `memory_mb` of KV allow. Fewer than two: batching stays off."""
+        per_row = BatchKV.bytes_per_row(self.model, ROW_TOKENS, self.dtype)
+        rows = min(max_batch, memory_mb * 2**20 // per_row)
+        if rows >= 2:
+            self.batcher = Batcher(self, rows)
 
     def start_compile(self, make_swap=None) -> None:
         """Build the compiled decode step on a background thread and swap it in between turns; serving
@@ -218,6 +231,8 @@ class Qwen3VLEngine(Engine):
         return session
 
     def close(self) -> None:
+        if self.batcher is not None:
+            self.batcher.close()
         for session in list(self._sessions.values()):
             session.close()
         self.features.clear()
@@ -334,7 +349,8 @@ class Qwen3VLEngine(Engine):
     def enforce_memory_cap(self, keep: LocalSession) -> None:
         """Drop the KV caches of the least recently used idle sessions beyond the memory cap."""
         cap = self.settings.session_memory_mb * 2**20
-        sessions = sorted(self._sessions.values(), key=lambda s: s.last_used)
+        busy = self.batcher.active_sessions() if self.batcher is not None else set()
+        sessions = sorted((s for s in self._sessions.values() if s.id not in busy), key=lambda s: s.last_used)
         total = sum(s.kv_bytes() for s in sessions)
         for s in sessions:
             if total <= cap:

@@ -1,0 +1,133 @@
+"""One decode step for many conversations at once: each row of a `BatchKV` appends one token at its
+own position, and every row's logits come back from one pass over the weights.
+
+The arithmetic is the model's own modules (norms, projections, q/k-norm, transformers' M-RoPE, MLP), in
+the order transformers' decoder layer runs them. What differs is only how a row's K/V is written and
+read, since rows hold conversations of different lengths:
+
+- the new K/V is written at each row's own length (`keys[row, :, at[row]]`);
+- attention masks each row to its own positions, with the query heads of a group as the rows of one
+  query on their K/V head (no K/V copy for grouped-query attention; the variant the fp32 GPU check
+  passed for the single-stream step);
+- rows that are not decoding run too (the step has a fixed number of rows) and write their K/V at the
+  row's scratch position, the last one, which no conversation uses.
+
+On a GPU each (rows, KV view) pair is captured once as a CUDA graph for the row buckets 1, 2, 4 ... 64
+and the shortest KV view that holds every decoding row, so a step is one replay whatever the batch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from qvl_agent.engine.batch_kv import BatchKV
+from qvl_agent.engine.cuda_graphs import KVSlot
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+class BatchStep:
+    def __init__(self, model, kv: BatchKV):
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb
+
+        text = model.config.get_text_config()
+        self.model, self.kv = model, kv
+        self.lm = model.model.language_model
+        self.rope = apply_rotary_pos_emb
+        self.hd = text.head_dim
+        self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
+        rows = len(kv.rows)
+        self.buckets = tuple(b for b in BUCKETS if b < rows) + (rows,)
+        self.spans = tuple(s for s in KVSlot.SPANS if s < kv.row_tokens) + (kv.row_tokens,)
+        device = kv.layers[0][0].device
+        self.device = device
+        # Inputs of the step, reused by every call (and read by the captured graphs).
+        self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
+        self.pos = torch.zeros(3, rows, 1, dtype=torch.long, device=device)
+        self.at = torch.full((rows,), kv.row_tokens - 1, dtype=torch.long, device=device)
+        self.graphs: dict[tuple[int, int], tuple] = {}  # (rows, span) -> (graph, logits)
+        self.problem = ""  # why graphs are off, when they are
+        self._ranges = {s: torch.arange(s, device=device) for s in self.spans}
+        self._rows = {b: torch.arange(b, device=device) for b in self.buckets}
+
+    def shape_for(self, rows: int, end: int) -> tuple[int, int]:
+        """The bucket of rows covering the first `rows`, and the KV view holding positions below `end`."""
+        bucket = next(b for b in self.buckets if b >= rows)
+        return bucket, next(s for s in self.spans if s >= end)
+
+    def forward(self, rows: int, span: int) -> torch.Tensor:
+        """The step over the first `rows` rows and KV view `span`, from the input buffers: logits `[rows, V]`."""
+        n, hd, lm = rows, self.hd, self.lm
+        ids, pos, at = self.ids[:n], self.pos[:, :n], self.at[:n]
+        h = lm.embed_tokens(ids)  # [n, 1, H]
+        cos, sin = lm.rotary_emb(h, pos)
+        mask = (self._ranges[span] <= at.view(n, 1)).view(n, 1, 1, span)
+        index = self._rows[n]
+        for (keys, values), layer in zip(self.kv.layers, lm.layers, strict=True):
+            a = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = a.q_norm(a.q_proj(x).view(n, 1, -1, hd)).transpose(1, 2)
+            k = a.k_norm(a.k_proj(x).view(n, 1, -1, hd)).transpose(1, 2)
+            v = a.v_proj(x).view(n, 1, -1, hd).transpose(1, 2)
+            q, k = self.rope(q, k, cos, sin)
+            keys[index, :, at] = k[:, :, 0]
+            values[index, :, at] = v[:, :, 0]
+            grouped = q.reshape(n, self.kv_heads, self.heads // self.kv_heads, hd)
+            o = F.scaled_dot_product_attention(
+                grouped, keys[:n, :, :span], values[:n, :, :span], attn_mask=mask, scale=a.scaling
+            )
+            h = h + a.o_proj(o.reshape(n, 1, self.heads * hd))
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.model.lm_head(lm.norm(h))[:, 0]
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Capture a CUDA graph per (row bucket, KV view), largest first so smaller ones reuse the
+        memory pool. Every row's writes go to its scratch position meanwhile: capture runs the step for
+        real. A failure keeps the graphs captured so far; the rest runs eagerly."""
+        pool = None
+        self.at.fill_(self.kv.row_tokens - 1)
+        try:
+            for span in reversed(self.spans):
+                for rows in reversed(self.buckets):
+                    stream = torch.cuda.Stream(self.device)
+                    stream.wait_stream(torch.cuda.current_stream(self.device))
+                    with torch.cuda.stream(stream):
+                        for _ in range(2):
+                            self.forward(rows, span)
+                    torch.cuda.current_stream(self.device).wait_stream(stream)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        logits = self.forward(rows, span)
+                    pool = graph.pool()
+                    self.graphs[(rows, span)] = (graph, logits)
+        except Exception as exc:
+            self.problem = f"batched decode graphs: {type(exc).__name__}: {exc}"
+        torch.cuda.synchronize(self.device)
+
+    def __call__(self, tokens: dict[int, tuple[int, int]]) -> torch.Tensor:
+        """Append `tokens[row] = (token id, M-RoPE position)` to each decoding row; logits `[rows, V]`
+        for the rows `0..rows-1` the step ran (row `r`'s in line `r`). Rows advance by one."""
+        rows_in_use = self.kv.in_use()
+        end = max(self.kv.rows[r].length for r in tokens) + 1
+        rows, span = self.shape_for(rows_in_use, end)
+        scratch = self.kv.row_tokens - 1
+        ids, pos, at = [0] * rows, [0] * rows, [scratch] * rows
+        for r, (token, position) in tokens.items():
+            ids[r], pos[r], at[r] = token, position, self.kv.rows[r].length
+        staged = torch.tensor([ids, pos, at], dtype=torch.long)
+        if self.device.type == "cuda":
+            staged = staged.pin_memory().to(self.device, non_blocking=True)
+        self.ids[:rows, 0].copy_(staged[0])
+        self.pos[:, :rows, 0].copy_(staged[1].expand(3, rows))
+        self.at[:rows].copy_(staged[2])
+        entry = self.graphs.get((rows, span))
+        if entry is not None:
+            entry[0].replay()
+            logits = entry[1]
+        else:
+            logits = self.forward(rows, span)
+        for r in tokens:
+            self.kv.rows[r].length += 1
+        return logits
