@@ -168,6 +168,8 @@ class Settings:
         return self
 
 
+MAX_BATCH = 64  # the largest decode batch the engine captures a step for
+
 # Whole numbers are bounded before any use: a 400-digit max_new_tokens would pass every minimum and only
 # fail deep inside the engine (a C integer), and Python refuses to even print one of 4,300 digits.
 MAX_INT_DIGITS = 15
@@ -175,7 +177,7 @@ INT_MAXIMUM = {
     "max_new_tokens": 1_048_576,
     "max_actions_per_reply": 100_000,
     "max_type_chars": 10_000_000,
-    "max_batch": 64,
+    "max_batch": MAX_BATCH,
 }
 
 

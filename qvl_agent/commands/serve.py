@@ -1,6 +1,6 @@
 """`qvl-agent serve`: the resident engine behind an OpenAI-compatible API and a chat page.
 
-    qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token]
+    qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token] [--max-batch N]
 
 Prints the model id that requests name, then the chat page's address with its token
 (http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening, and last the one
@@ -11,10 +11,11 @@ line a script can wait for: `qvl-agent serve: ready on http://127.0.0.1:PORT`. `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from qvl_agent.cli import add_engine_args
-from qvl_agent.config import DEFAULT_MODEL, Settings, config_dir
+from qvl_agent.config import DEFAULT_MODEL, MAX_BATCH, Settings, config_dir
 from qvl_agent.errors import UsageError
 from qvl_agent.server.listen import DEFAULT_MAX_CONNECTIONS, bind, browser_host, connection_cap, raise_fd_limit
 
@@ -33,6 +34,12 @@ def register(subparsers) -> None:
         "--no-token", action="store_true", help="accept requests without a token (loopback addresses only)"
     )
     parser.add_argument("--max-queue", type=int, default=16, metavar="N", help="requests that may wait before 429")
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="N",
+        help="requests decoding together in one batched step (1: one at a time; default: the max_batch setting)",
+    )
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds per request before 504"
     )
@@ -70,6 +77,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1.")
     if args.timeout <= 0:
         raise UsageError("--timeout must be more than 0 seconds.")
+    if args.max_batch is not None:
+        if not 1 <= args.max_batch <= MAX_BATCH:
+            raise UsageError(f"--max-batch must be between 1 and {MAX_BATCH}.")
+        settings = dataclasses.replace(settings, max_batch=args.max_batch)
     token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
     sock = bind(args.host, args.port)
     max_connections = connection_cap(args.max_connections, raise_fd_limit())

@@ -110,7 +110,9 @@ def create_app(
     """The API app over `engine`. `token=None` disables authentication (the caller checks loopback).
     `on_ready` runs once the server accepts requests (`serve` prints its address then)."""
     model_id = model_id or settings.model
-    pool, scheduler = SessionPool(pool_size), Scheduler(max_queue)
+    batcher = getattr(engine, "batcher", None)  # overlapping turns decode together: one worker per row
+    workers = len(batcher.kv.rows) if batcher is not None else 1
+    pool, scheduler = SessionPool(max(pool_size, workers)), Scheduler(max_queue, workers)
     if allow_image_urls and fetcher is None:
         fetcher = ImageFetcher(max_body_bytes)
     budget = ImageBudget(max_image_pixels or settings.max_pixels, max_images, max_total_pixels)
@@ -120,8 +122,10 @@ def create_app(
             "qvl_queue_depth": ("Requests waiting for the generation thread.", lambda: scheduler.waiting),
             "qvl_generations_running": ("Generations in progress.", lambda: scheduler.running),
             "qvl_pooled_sessions": ("Idle sessions kept for reuse.", lambda: len(pool)),
+            **_batch_gauges(batcher),
         },
         _feature_cache_counters(engine),
+        batch_sizes=batcher.batch_sizes if batcher is not None else None,
     )
 
     @asynccontextmanager
@@ -276,6 +280,16 @@ async def chat_completions(request: Request):
     usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
     body = completion_body(completion_id(), s.model_id, result.text, result.finish_reason, usage, qvl_stats(result))
     return JSONResponse(body, headers=stat_headers(result))
+
+
+def _batch_gauges(batcher) -> dict:
+    """The local engine's batch: turns decoding together now and turns waiting for a row."""
+    if batcher is None:
+        return {}
+    return {
+        "qvl_batch_decoding": ("Turns in the decode batch now.", lambda: batcher.decoding),
+        "qvl_batch_waiting": ("Turns waiting for a row of the decode batch.", lambda: batcher.waiting),
+    }
 
 
 def _feature_cache_counters(engine: Engine) -> dict:

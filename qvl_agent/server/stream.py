@@ -111,6 +111,8 @@ def stat_headers(result: ChatResult) -> dict[str, str]:
         "x-qvl-prefill-tokens": str(int(result.stats.get("prefill_tokens", 0))),
         "x-qvl-cached-tokens": str(int(result.stats.get("cached_tokens", 0))),
         "x-qvl-session-reused": "true" if result.reused else "false",
+        # how many streams decoded together with this one, on average per step (1: alone)
+        "x-qvl-decode-batch": str(result.stats.get("decode_batch", 1.0)),
     }
 
 

@@ -1,7 +1,9 @@
-"""Generation off the event loop: one worker thread owns the engine, fed through a bounded queue.
+"""Generation off the event loop: worker threads run the engine, fed through a bounded queue.
 
-Engines are not thread-safe, so every engine call (opening sessions, `add_turn`, `ask`) happens on the
-single worker thread. HTTP handlers `submit` a `Job` and read its events — ("start", info),
+Engines are not thread-safe in general, so by default one worker thread makes every engine call
+(opening sessions, `add_turn`, `ask`). The local engine with batching takes one worker per batch row:
+their turns overlap and decode together in its batcher, which is the one place that touches the model.
+HTTP handlers `submit` a `Job` and read its events — ("start", info),
 ("delta", text), ("done", result) or ("error", exception) — from an asyncio queue. When the queue of
 waiting jobs is full, `reserve` refuses and the handler answers 429. A handler that gives up (client
 gone, timeout) calls `job.cancel()`: a queued job is skipped, a running one stops at its next token.
@@ -54,18 +56,22 @@ class Job:
 
 
 class Scheduler:
-    """A single generation thread with at most `max_queue` jobs waiting behind the running one."""
+    """`workers` generation threads with at most `max_queue` jobs waiting behind the running ones."""
 
-    def __init__(self, max_queue: int = 16):
+    def __init__(self, max_queue: int = 16, workers: int = 1):
         self.max_queue = max_queue
+        self.workers = workers
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
         self._running = 0
         self._avg_job_s = 1.0  # moving average, for Retry-After
-        self._current: Job | None = None
-        self._thread = threading.Thread(target=self._loop, name="qvl-generation", daemon=True)
-        self._thread.start()
+        self._current: set[Job] = set()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"qvl-generation-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def waiting(self) -> int:
@@ -95,7 +101,7 @@ class Scheduler:
 
     def retry_after_s(self) -> int:
         """Seconds until a slot is likely free: the queue's expected drain time, at least one."""
-        return max(1, math.ceil(self._avg_job_s * (self._waiting + 1) / 2))
+        return max(1, math.ceil(self._avg_job_s * (self._waiting + 1) / 2 / self.workers))
 
     def _loop(self) -> None:
         while True:
@@ -105,7 +111,7 @@ class Scheduler:
             with self._lock:
                 self._waiting -= 1
                 self._running += 1
-                self._current = job
+                self._current.add(job)
             start = time.perf_counter()
             try:
                 if job.cancelled:
@@ -118,15 +124,15 @@ class Scheduler:
                 elapsed = time.perf_counter() - start
                 with self._lock:
                     self._running -= 1
-                    self._current = None
+                    self._current.discard(job)
                     self._avg_job_s = 0.8 * self._avg_job_s + 0.2 * elapsed
 
     def close(self, timeout: float = 5.0) -> None:
         """Cancel what is running and waiting, then stop the thread."""
         with self._lock:
-            current = self._current
-        if current is not None:
-            current.cancel()
+            current = list(self._current)
+        for job in current:
+            job.cancel()
         while True:
             try:
                 job = self._queue.get_nowait()
@@ -137,8 +143,10 @@ class Scheduler:
                     self._waiting -= 1
                 job.cancel()
                 job.emit("error", GenerationCancelled("The server is shutting down."))
-        self._queue.put(None)
-        self._thread.join(timeout)
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
 
 
 class _PieceTokenizer:
