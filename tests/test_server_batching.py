@@ -1,0 +1,114 @@
+"""`qvl-agent serve --max-batch N` with the tiny random Qwen3-VL on CPU: concurrent clients decode in one
+batched step, each gets exactly the reply it gets alone (`--max-batch 1`), and the server says so in
+its response headers and `/metrics`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+
+import httpx
+import pytest
+from PIL import Image
+
+from tests.conftest import run_cli
+from tests.support.live_server import start_serve, stop_serve
+
+pytestmark = pytest.mark.slow
+TOKEN = "tiny-test-token-0123"
+HEADERS = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _png_url(color) -> str:
+    buf = io.BytesIO()
+    Image.new("RGB", (80, 56), color).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+
+
+def _body(n: int) -> dict:
+    content = [
+        {"type": "image_url", "image_url": {"url": _png_url((n * 40 % 256, 90, 255 - n * 30 % 256))}},
+        {"type": "text", "text": f"client {n}: what is on this screen?"},
+    ]
+    # Different lengths, so streams leave the batch at different steps.
+    return {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 24 + 6 * n,
+        "temperature": 0,
+        "stream": n % 2 == 1,
+    }
+
+
+def _reply(response: httpx.Response) -> tuple[str, dict]:
+    """(text, the qvl stats) of a streamed or plain completion."""
+    assert response.status_code == 200, response.text
+    if response.headers["content-type"].startswith("text/event-stream"):
+        chunks = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+        return text, next(c["qvl"] for c in reversed(chunks) if "qvl" in c)
+    body = response.json()
+    return body["choices"][0]["message"]["content"], body["qvl"]
+
+
+async def _all_at_once(url: str, n: int) -> list[httpx.Response]:
+    async with httpx.AsyncClient(timeout=300, headers=HEADERS) as http:
+        return await asyncio.gather(*(http.post(url + "/v1/chat/completions", json=_body(i)) for i in range(n)))
+
+
+def _serve(tiny_model_dir, tmp_path_factory, max_batch: str):
+    config = tmp_path_factory.mktemp(f"serve-batch-{max_batch}")
+    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", max_batch)
+    url, proc, _ = start_serve(*args, config_dir=config, token=TOKEN)
+    return url, proc
+
+
+def test_concurrent_clients_decode_together_and_each_gets_its_own_answer(tiny_model_dir, tmp_path_factory):
+    clients = 6
+    url, proc = _serve(tiny_model_dir, tmp_path_factory, "1")
+    try:
+        alone = asyncio.run(_all_at_once(url, clients))
+        metrics = httpx.get(url + "/metrics", headers=HEADERS).text
+    finally:
+        assert stop_serve(proc) == 0
+    reference = [_reply(r) for r in alone]
+    assert all(stats["decode_batch"] == 1.0 for _, stats in reference)  # batching off: one at a time
+    assert all(r.headers.get("x-qvl-decode-batch") in (None, "1.0") for r in alone)
+    assert "qvl_decode_batch_size" not in metrics
+
+    url, proc = _serve(tiny_model_dir, tmp_path_factory, "4")
+    try:
+        together = asyncio.run(_all_at_once(url, clients))
+        metrics = httpx.get(url + "/metrics", headers=HEADERS).text
+        again = [
+            _reply(httpx.post(url + "/v1/chat/completions", json=_body(i), headers=HEADERS, timeout=120))
+            for i in (0, 3)
+        ]
+    finally:
+        assert stop_serve(proc) == 0
+    batched = [_reply(r) for r in together]
+    for i, ((text, stats), (ref_text, ref_stats)) in enumerate(zip(batched, reference, strict=True)):
+        assert text == ref_text, f"client {i}: its batched reply differs from its reply alone"
+        assert stats["decode_tokens"] == ref_stats["decode_tokens"]
+        assert stats["decode_batch_max"] <= 4  # never more rows than --max-batch
+    assert max(stats["decode_batch_max"] for _, stats in batched) >= 2, "no two requests ever decoded together"
+    for response, (_, stats) in zip(together, batched, strict=True):
+        if not response.headers["content-type"].startswith("text/event-stream"):
+            assert float(response.headers["x-qvl-decode-batch"]) == stats["decode_batch"]
+
+    lines = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("qvl_")}
+    steps = lines["qvl_decode_batch_size_count"]
+    alone_steps = lines['qvl_decode_batch_size_bucket{le="1"}']
+    assert steps > alone_steps and lines['qvl_decode_batch_size_bucket{le="4"}'] == steps
+    assert lines["qvl_batch_decoding"] == 0 and lines["qvl_batch_waiting"] == 0  # all answered
+    assert lines["qvl_tokens_per_second"] > 0
+    # A lone request afterwards still answers exactly as before.
+    assert [text for text, _ in again] == [reference[0][0], reference[3][0]]
+
+
+@pytest.mark.parametrize("value", ["0", "65", "many"])
+def test_a_max_batch_out_of_range_is_one_sentence_and_exit_2(value, tmp_path):
+    r = run_cli("serve", "--port", "0", "--max-batch", value, env={"QVL_CONFIG_DIR": str(tmp_path)}, timeout=60)
+    assert r.returncode == 2
+    assert "--max-batch" in r.stderr and "Traceback" not in r.stderr
