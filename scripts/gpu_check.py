@@ -8,7 +8,7 @@ processor's pixel_values) over the conversation's ids. Wherever the reference's 
 2B shape by default (`--model DIR` loads real ones). Exits 1 on any mismatch or error, 0 otherwise, and
 prints a summary (and `--json FILE`).
 
-usage: python scripts/gpu_check.py [--device cuda|cpu] [--model DIR] [--json FILE]
+usage: python scripts/gpu_check.py [--device cuda|cpu] [--model DIR] [--json FILE] [--only concurrent] [--no-compile]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,7 +42,7 @@ def fixed(n: int, **kw) -> GenerationOptions:
     return GenerationOptions(max_new_tokens=n, min_new_tokens=n, **kw)
 
 
-def build_engine(device: str, model_dir: str | None) -> Qwen3VLEngine:
+def build_engine(device: str, model_dir: str | None, compile: bool = True) -> Qwen3VLEngine:
     from transformers import AutoProcessor, GenerationConfig, Qwen3VLForConditionalGeneration
 
     from qvl_agent.devtools import tiny_model as mf
@@ -61,7 +62,9 @@ def build_engine(device: str, model_dir: str | None) -> Qwen3VLEngine:
             model = Qwen3VLForConditionalGeneration(config).float()
         ids = mf._token_ids(processor.tokenizer)
         model.generation_config = GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"], do_sample=False)
-    engine = Qwen3VLEngine(model.eval(), processor, name="gpu-check", settings=Settings(feature_cache_mb=8192))
+    engine = Qwen3VLEngine(
+        model.eval(), processor, name="gpu-check", settings=Settings(feature_cache_mb=8192, compile=compile)
+    )
     engine.warm_up()
     return engine
 
@@ -140,7 +143,7 @@ def prompt_of(session, n: int) -> str | None:
     return None if n <= base else ""
 
 
-def run(engine: Qwen3VLEngine, log) -> Checker:
+def run(engine: Qwen3VLEngine, log, only: str = "") -> Checker:
     c = Checker(engine)
     fast = engine.fast
     seed = [100]  # both decoding variants see the same screens
@@ -252,6 +255,78 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
         c.turn("4K follow-up", s, "And the title?")
         s.close()
 
+    def concurrent():
+        """Turns of several sessions decoding in one batch: staggered arrivals, different lengths, a
+        cancel mid-batch and a follow-up that reuses its KV while others decode. Each request's tokens
+        must equal the same request run alone, and the reference forward's."""
+        batcher = engine.batcher
+        if batcher is None:
+            raise AssertionError("batching is off (max_batch < 2 or no memory for two rows)")
+        sizes = [(1280, 720), (1024, 768), (1920, 1080), (800, 600), (1366, 768), (640, 480)]
+        shots = [screen(w, h) for w, h in sizes]
+        lengths = [12 + 10 * i for i in range(len(shots))]
+        FOLLOW, CANCEL = 0, 3  # request 0 asks a follow-up meanwhile; request 3 is cancelled mid-batch
+
+        def snapshot(session):
+            """What `verify` reads of a session, as it is after this turn (a follow-up comes later)."""
+            context = types.SimpleNamespace(ids=list(session.context.ids))
+            return types.SimpleNamespace(context=context, last_stats=session.last_stats, turns=list(session.turns))
+
+        def conversation(i, session, results, cancel_after=None):
+            opts = fixed(lengths[i])
+            if cancel_after is not None:
+                threading.Timer(cancel_after, session.cancel).start()
+            try:
+                session.complete(f"Request {i}: what is on this screen?", options=opts)
+            except GenerationCancelled:
+                results[i] = ("cancelled", snapshot(session))
+                return
+            results[i] = (list(session.context.ids), snapshot(session))
+            if i == FOLLOW:
+                session.complete("And the title?", options=fixed(20))
+                results["follow"] = (list(session.context.ids), snapshot(session))
+
+        alone: dict = {}
+        for i, shot in enumerate(shots):  # one at a time: the single-stream path
+            conversation(i, engine.open_session([shot]), alone)
+        for i, (_, session) in enumerate(alone[k] for k in range(len(shots))):
+            c.verify(f"concurrent: request {i} alone", session, fixed(lengths[i]))
+
+        before = sum(batcher.batch_sizes.values())
+        batched: dict = {}
+        threads = []
+        for i, shot in enumerate(shots):
+            cancel_after = 0.5 if i == CANCEL else None
+            t = threading.Thread(target=conversation, args=(i, engine.open_session([shot]), batched, cancel_after))
+            t.start()
+            threads.append(t)
+            time.sleep(0.03 * i)  # staggered arrivals: later ones join a batch already decoding
+        for t in threads:
+            t.join(600)
+        if sum(batcher.batch_sizes.values()) == before:
+            raise AssertionError("no decode step ran batched")
+        for i in range(len(shots)):
+            ids, session = batched[i]
+            if ids == "cancelled":
+                if session.last_stats and session.last_stats.decode_tokens >= lengths[i]:
+                    raise AssertionError("the cancel did not stop its turn")
+                c.verify(f"concurrent: request {i} cancelled mid-batch (partial)", session, fixed(lengths[i]))
+                continue
+            row = c.verify(
+                f"concurrent: request {i} batched ({session.last_stats.decode_path})", session, fixed(lengths[i])
+            )
+            if ids != alone[i][0]:
+                row["mismatches"] += 1
+                row["error"] = "batched tokens differ from the same request alone"
+        ids, session = batched["follow"]
+        row = c.verify("concurrent: follow-up while others decode", session, fixed(20))
+        if ids != alone["follow"][0]:
+            row["mismatches"] += 1
+            row["error"] = "batched follow-up differs from the same follow-up alone"
+        if session.last_stats.cached_tokens == 0:
+            raise AssertionError("the follow-up did not reuse its KV")
+        log(f"batch sizes so far: {dict(sorted(batcher.batch_sizes.items()))}")
+
     def prefetched():
         s = engine.open_session()
         s.prefetch([screen()])
@@ -261,13 +336,17 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
     chain = engine.decode_steps
     # Speculative (drafts verified, chains between them), plain (greedy chains of `decode_steps` tokens
     # per replay) and single-step (one token per replay): all three must give the same tokens.
-    for tag, on, steps in ((" [speculative]", True, chain), (" [plain]", False, chain), (" [single-step]", False, 1)):
+    variants = ((" [speculative]", True, chain), (" [plain]", False, chain), (" [single-step]", False, 1))
+    for tag, on, steps in variants if not only else ():
         engine.speculative, engine.decode_steps = on, steps
         seed[0] = 100
         scenario("fresh + follow-up" + tag, lambda t=tag: fresh_and_follow_up(t))
         scenario("agent 3 steps" + tag, lambda t=tag: agent(t))
         scenario("tool call" + tag, lambda t=tag: tool_call(t))
     engine.speculative, engine.decode_steps = True, chain
+    if only:
+        scenario(only, {"concurrent": concurrent}[only])
+        return c
     scenario("interleaved sessions", interleaved)
     scenario("dropped KV", dropped)
     scenario("cancelled stream", cancelled)
@@ -275,6 +354,7 @@ def run(engine: Qwen3VLEngine, log) -> Checker:
     scenario("screen above the largest bucket", big_screen)
     if hasattr(engine.open_session(), "prefetch"):
         scenario("prefetch", prefetched)
+    scenario("concurrent", concurrent)
     return c
 
 
@@ -283,12 +363,14 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--model", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--only", choices=["concurrent"], help="run one scenario only (a quick check)")
+    ap.add_argument("--no-compile", action="store_true", help="plain graphs only, no compiled decode step")
     args = ap.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     t0 = time.perf_counter()
-    engine = build_engine(args.device, args.model)
+    engine = build_engine(args.device, args.model, compile=not args.no_compile)
     log(f"engine ready in {time.perf_counter() - t0:.1f} s; graphs: {bool(engine.fast)} {engine.fast_problem}")
     problems = []
     if engine.compiler is not None:  # check the compiled decode step, not the plain graphs it replaces
@@ -301,9 +383,11 @@ def main(argv=None) -> int:
             problems.append(f"fast paths off: {engine.fast_problem or 'no prefill graphs'}")
         if engine.step_weights is None:
             problems.append("the hand-written decode step is off")
-        if engine.fast is not None and engine.decode_steps > 1 and not engine.fast.chains:
+        if engine.batcher is not None and not engine.batcher.step.graphs:
+            problems.append(f"batched decode graphs are off: {engine.batcher.step.problem}")
+        if engine.compiler is not None and engine.decode_steps > 1 and not engine.fast.chains:
             problems.append("no chained decode graphs were captured")
-    checker = run(engine, log)
+    checker = run(engine, log, args.only or "")
     rows = checker.rows
     # Speculative and plain decoding must give identical tokens.
     by_name = {r["scenario"]: r.get("tokens") for r in rows}
@@ -323,6 +407,8 @@ def main(argv=None) -> int:
         "decode_step": "fast step" if engine.step_weights is not None else "transformers forward",
         "decode_chain": max([k for k, _ in engine.fast.chains], default=1) if engine.fast else 1,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
+        "batch_graphs": len(engine.batcher.step.graphs) if engine.batcher else 0,
+        "batch_sizes": dict(sorted(engine.batcher.batch_sizes.items())) if engine.batcher else {},
         "scenarios": len(rows),
         "tokens_compared": compared,
         "mismatches": mismatches,
@@ -341,7 +427,8 @@ def main(argv=None) -> int:
     print(
         f"SUMMARY {summary['device']} {summary['dtype']} graphs={summary['cuda_graphs']} "
         f"decode={summary['decode_path']} step={summary['decode_step']} chain={summary['decode_chain']} "
-        f"({summary['prefill_graphs']} prefill): {summary['scenarios']} turns, {compared} tokens compared, "
+        f"({summary['prefill_graphs']} prefill, {summary['batch_graphs']} batch): {summary['scenarios']} turns, "
+        f"{compared} tokens compared, "
         f"{mismatches} mismatches, {summary['near_ties']} near-ties, {summary['draft_accepted']} drafts kept; "
         f"problems: {problems or 'none'}"
     )

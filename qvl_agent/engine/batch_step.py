@@ -46,6 +46,7 @@ class BatchStep:
         self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(3, rows, 1, dtype=torch.long, device=device)
         self.at = torch.full((rows,), kv.row_tokens - 1, dtype=torch.long, device=device)
+        self._host = torch.zeros(3 * rows, dtype=torch.long, pin_memory=device.type == "cuda")
         self.graphs: dict[tuple[int, int], tuple] = {}  # (rows, span) -> (graph, logits)
         self.problem = ""  # why graphs are off, when they are
         self._ranges = {s: torch.arange(s, device=device) for s in self.spans}
@@ -116,9 +117,11 @@ class BatchStep:
         ids, pos, at = [0] * rows, [0] * rows, [scratch] * rows
         for r, (token, position) in tokens.items():
             ids[r], pos[r], at[r] = token, position, self.kv.rows[r].length
-        staged = torch.tensor([ids, pos, at], dtype=torch.long)
-        if self.device.type == "cuda":
-            staged = staged.pin_memory().to(self.device, non_blocking=True)
+        # One host-to-device copy for all three; the pinned buffer is free again by the next step,
+        # whose caller has synchronised on this step's picks.
+        host = self._host[: 3 * rows].view(3, rows)
+        host.copy_(torch.tensor([ids, pos, at], dtype=torch.long))
+        staged = host.to(self.device, non_blocking=True)
         self.ids[:rows, 0].copy_(staged[0])
         self.pos[:, :rows, 0].copy_(staged[1].expand(3, rows))
         self.at[:rows].copy_(staged[2])
