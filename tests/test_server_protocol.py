@@ -50,6 +50,11 @@ def test_messages_become_history_turns_and_a_last_question():
         ({"messages": [{"role": "user", "content": "x"}], "temperature": True}, "temperature"),
         ({"messages": [{"role": "user", "content": "x"}], "stream": 1}, "stream"),
         ({"messages": [{"role": "user", "content": "x"}], "top_k": -1}, "top_k"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_tokens": -1}, "min_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_tokens": 2.5}, "min_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_tokens": "8"}, "min_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 8, "min_tokens": 9}, "min_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "min_tokens": 65}, "min_tokens"),  # over the default 64
         ({"messages": [{"role": "user", "content": [{"type": "audio"}]}]}, "messages[0].content[0]"),
         ({"messages": [{"role": "user", "content": []}]}, "messages[0].content"),
         ({"messages": [{"role": "user", "content": ""}, {"role": "user", "content": "x"}]}, "messages[0].content"),
@@ -59,6 +64,29 @@ def test_bad_fields_name_the_parameter(body, param):
     with pytest.raises(ApiError) as err:
         parse(body)
     assert err.value.status == 400 and err.value.param == param
+
+
+def test_min_tokens_reaches_the_generation_options_up_to_max_tokens():
+    ask = {"messages": [{"role": "user", "content": "x"}]}
+    assert parse(ask).options.min_new_tokens == 0  # left out (or null): end tokens end the reply as usual
+    assert parse(ask | {"min_tokens": None}).options.min_new_tokens == 0
+    assert parse(ask | {"min_tokens": 0, "max_tokens": 1}).options.min_new_tokens == 0
+    same = parse(ask | {"min_tokens": 256, "max_tokens": 256}).options
+    assert (same.min_new_tokens, same.max_new_tokens) == (256, 256)
+    assert parse(ask | {"min_tokens": 5, "max_completion_tokens": 5}).options.min_new_tokens == 5
+    assert parse(ask | {"min_tokens": 64}).options.min_new_tokens == 64  # the server's default max_tokens
+
+
+def test_a_min_tokens_over_max_tokens_is_one_sentence_naming_both():
+    with pytest.raises(ApiError) as err:
+        parse({"messages": [{"role": "user", "content": "x"}], "max_tokens": 8, "min_tokens": 9})
+    assert err.value.message == "min_tokens must be at most max_tokens (8), not 9."
+    with pytest.raises(ApiError) as err:
+        parse({"messages": [{"role": "user", "content": "x"}], "min_tokens": 65})
+    assert err.value.message == "min_tokens must be at most max_tokens (64, this server's default), not 65."
+    with pytest.raises(ApiError) as err:
+        parse({"messages": [{"role": "user", "content": "x"}], "min_tokens": -1})
+    assert err.value.message == "min_tokens input should be greater than or equal to 0, not -1."
 
 
 def test_fingerprint_covers_text_images_replies_and_shape():

@@ -101,6 +101,9 @@ class ChatCompletionRequest(_Model):
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CAP)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKENS_CAP)
+    # vLLM's extension: end tokens are refused until the reply has this many tokens. Benchmarks on
+    # random-weight models need it to ask for a fixed length; nobody else should.
+    min_tokens: int | None = Field(None, ge=0, le=MAX_TOKENS_CAP)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     # Left out, these follow the model card's recipe when sampling (`sampling_defaults`).
     top_p: float | None = Field(None, ge=0.0, le=1.0)
@@ -214,13 +217,23 @@ def parse_chat_request(raw: bytes, default_max_tokens: int) -> ChatRequest:
 
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     recipe = sampling_defaults(body.temperature)  # what the client leaves out follows the model card
+    max_new_tokens = body.max_tokens or body.max_completion_tokens or default_max_tokens
+    min_new_tokens = body.min_tokens or 0
+    if min_new_tokens > max_new_tokens:
+        which = "" if body.max_tokens or body.max_completion_tokens else ", this server's default"
+        raise ApiError(
+            400,
+            f"min_tokens must be at most max_tokens ({max_new_tokens}{which}), not {min_new_tokens}.",
+            param="min_tokens",
+        )
     options = GenerationOptions(
-        max_new_tokens=body.max_tokens or body.max_completion_tokens or default_max_tokens,
+        max_new_tokens=max_new_tokens,
         temperature=body.temperature,
         top_p=recipe["top_p"] if body.top_p is None else body.top_p,
         top_k=recipe["top_k"] if body.top_k is None else body.top_k,
         presence_penalty=recipe["presence_penalty"] if body.presence_penalty is None else body.presence_penalty,
         stop=stop,
+        min_new_tokens=min_new_tokens,
     )
     return ChatRequest(
         model=body.model,
