@@ -289,8 +289,9 @@ def run(engine: Qwen3VLEngine, log, only: str = "") -> Checker:
         alone: dict = {}
         for i, shot in enumerate(shots):  # one at a time: the single-stream path
             conversation(i, engine.open_session([shot]), alone)
+        ties = {}  # a near-tie may round either way in a batched step: then only the reference decides
         for i, (_, session) in enumerate(alone[k] for k in range(len(shots))):
-            c.verify(f"concurrent: request {i} alone", session, fixed(lengths[i]))
+            ties[i] = c.verify(f"concurrent: request {i} alone", session, fixed(lengths[i]))["near_ties"]
 
         before = sum(batcher.batch_sizes.values())
         batched: dict = {}
@@ -315,7 +316,7 @@ def run(engine: Qwen3VLEngine, log, only: str = "") -> Checker:
             row = c.verify(
                 f"concurrent: request {i} batched ({session.last_stats.decode_path})", session, fixed(lengths[i])
             )
-            if ids != alone[i][0]:
+            if ids != alone[i][0] and not (row["near_ties"] or ties[i]):
                 row["mismatches"] += 1
                 row["error"] = "batched tokens differ from the same request alone"
         ids, session = batched["follow"]
