@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""Load figures for `qvl-agent serve`: requests/s and p50/p99 latency with concurrent clients, and a
-stateless follow-up's prefill tokens with and without session reuse.
+"""Load figures for `qvl-agent serve`: N clients at once, each streaming a reply about its own screenshot.
 
-usage: python scripts/serve_bench.py --model DIR [--clients 32] [--requests 3] [--max-tokens 8]
+usage: python scripts/serve_bench.py --model DIR [--device cuda] [--clients 1,4,16,64] [--max-tokens 256]
+                                     [--screen 1920x1080] [--follow-up] [--max-batch 16,1] [--json FILE]
        python scripts/serve_bench.py --url http://127.0.0.1:8000 --token TOKEN ...  (or $QVL_API_TOKEN)
 
-Without --url it starts `qvl-agent serve --port 0` with the model on the CPU (--device to change) and
-stops it afterwards. Each request carries its own small image and a distinct question.
+Without --url it starts `qvl-agent serve --port 0` once per --max-batch value (so batching on and off run
+side by side on the same machine) and stops it afterwards. Every client sends a new screenshot that
+looks like a desktop and asks for exactly --max-tokens tokens (vLLM's `min_tokens`, so a random-weight
+model does not stop early), streaming; with --follow-up it then asks a follow-up in the same
+conversation, which should reuse the first reply's KV. Per round it prints aggregate decode tokens/s
+(all streams' tokens over the round's wall time), per-stream tokens/s (after each stream's first
+token), time to first token p50/p95, the slowest reply, the mean batch the replies decoded in, lost
+replies (an error, or not exactly --max-tokens tokens) and mixed ones (a reply that differs from the
+same request sent alone afterwards, for the first --check requests; on bf16 a near-tie may round either
+way between a batched and a lone step, so count those against an fp32 run before calling them a bug).
 """
 
 from __future__ import annotations
@@ -14,91 +22,192 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import io
+import json
 import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from qvl_agent.devtools.bench import ui_screenshot  # noqa: E402
 from tests.support.live_server import start_serve, stop_serve  # noqa: E402
 
-
-def png_url(color, size=(96, 64)) -> str:
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+FOLLOW_UP = "And what is the title of the window in front?"
 
 
-def body(n: int, k: int, max_tokens: int) -> dict:
+def screenshot_url(seed: int, width: int, height: int) -> str:
+    return "data:image/png;base64," + base64.b64encode(ui_screenshot(seed, width, height).to_png()).decode()
+
+
+def first_question(n: int, image_url: str, max_tokens: int, min_tokens: bool) -> dict:
     content = [
-        {"type": "image_url", "image_url": {"url": png_url((n * 8 % 256, k * 60 % 256, 200))}},
-        {"type": "text", "text": f"client {n} asks question {k}: what is on this screen?"},
+        {"type": "image_url", "image_url": {"url": image_url}},
+        {"type": "text", "text": f"Client {n}: what is on this screen, and what should I click next?"},
     ]
-    return {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens, "temperature": 0}
+    body = {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return body | ({"min_tokens": max_tokens} if min_tokens else {})
+
+
+def follow_up(body: dict, reply: str) -> dict:
+    messages = [*body["messages"], {"role": "assistant", "content": reply}, {"role": "user", "content": FOLLOW_UP}]
+    return body | {"messages": messages}
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    tokens: int = 0
+    sent: float = 0.0
+    first: float | None = None  # when the first text arrived
+    done: float = 0.0
+    stats: dict = field(default_factory=dict)  # the server's own figures (`qvl` in the finish chunk)
+    error: str = ""
+
+    @property
+    def ttft(self) -> float:
+        return (self.first or self.done) - self.sent
+
+    @property
+    def stream_rate(self) -> float:
+        """Tokens per second after the first one: what this person sees the reply stream at."""
+        span = self.done - (self.first or self.done)
+        return (self.tokens - 1) / span if self.tokens > 1 and span > 0 else 0.0
+
+
+async def stream(http: httpx.AsyncClient, url: str, body: dict) -> Reply:
+    reply = Reply(sent=time.perf_counter())
+    try:
+        async with http.stream("POST", url + "/v1/chat/completions", json=body) as response:
+            if response.status_code != 200:
+                await response.aread()
+                reply.error = f"HTTP {response.status_code}: {response.text[:200]}"
+                return reply
+            async for line in response.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    reply.tokens = chunk["usage"]["completion_tokens"]
+                for choice in chunk.get("choices", []):
+                    piece = choice["delta"].get("content")
+                    if piece:
+                        reply.first = reply.first or time.perf_counter()
+                        reply.text += piece
+                reply.stats = chunk.get("qvl") or reply.stats
+    except httpx.HTTPError as exc:
+        reply.error = f"{type(exc).__name__}: {exc}"
+    reply.done = time.perf_counter()
+    return reply
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
 
 
-async def load(url: str, token: str, clients: int, per_client: int, max_tokens: int) -> None:
+async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
+    """One round: `clients` conversations at once, each its first question (then its follow-up)."""
+    bodies = [
+        first_question(n, screenshot_url(seed + n, *args.screen), args.max_tokens, not args.no_min_tokens)
+        for n in range(clients)
+        for _ in range(args.requests)
+    ]
     headers = {"Authorization": f"Bearer {token}"}
-    latencies: list[float] = []
-    refused = 0
+    limits = httpx.Limits(max_connections=len(bodies) + 4)
+    async with httpx.AsyncClient(timeout=900, headers=headers, limits=limits) as http:
 
-    async def client(n: int, http: httpx.AsyncClient) -> None:
-        nonlocal refused
-        for k in range(per_client):
-            start = time.perf_counter()
-            r = await http.post(url + "/v1/chat/completions", json=body(n, k, max_tokens))
-            if r.status_code == 429:
-                refused += 1
-                continue
-            r.raise_for_status()
-            latencies.append(time.perf_counter() - start)
+        async def conversation(body: dict) -> tuple[Reply, Reply | None]:
+            first = await stream(http, url, body)
+            if not args.follow_up or first.error:
+                return first, None
+            return first, await stream(http, url, follow_up(body, first.text))
 
-    limits = httpx.Limits(max_connections=clients * 2)
-    async with httpx.AsyncClient(timeout=600, headers=headers, limits=limits) as http:
-        await client(-1, http)  # warm-up, not counted
-        latencies.clear()
         start = time.perf_counter()
-        await asyncio.gather(*(client(n, http) for n in range(clients)))
+        results = await asyncio.gather(*(conversation(b) for b in bodies))
         elapsed = time.perf_counter() - start
-    rate, p50, p99 = len(latencies) / elapsed, statistics.median(latencies), percentile(latencies, 0.99)
+        # The reference: the first --check requests again, one at a time (their screens now cached).
+        alone = [await stream(http, url, b) for b in bodies[: args.check]]
+    firsts = [f for f, _ in results]
+    follows = [f for _, f in results if f is not None]
+    replies = firsts + follows
+    lost = [r for r in replies if r.error or (not args.no_min_tokens and r.tokens != args.max_tokens)]
+    good = [r for r in replies if r not in lost]
+    mixed = sum(a.error == "" and a.text != r.text for a, r in zip(alone, firsts, strict=False))
+    return {
+        "clients": clients,
+        "requests": len(replies),
+        "seconds": round(elapsed, 3),
+        "tokens": sum(r.tokens for r in good),
+        "aggregate_tok_s": round(sum(r.tokens for r in good) / elapsed, 1),
+        "stream_tok_s_min": round(min((r.stream_rate for r in good), default=0), 1),
+        "stream_tok_s_p50": round(statistics.median([r.stream_rate for r in good] or [0]), 1),
+        "ttft_ms_p50": round(statistics.median([r.ttft for r in firsts] or [0]) * 1000, 1),
+        "ttft_ms_p95": round(percentile([r.ttft for r in firsts], 0.95) * 1000, 1),
+        "follow_up_ttft_ms_p50": round(statistics.median([r.ttft for r in follows] or [0]) * 1000, 1),
+        "follow_up_cached_tokens_min": min((int(r.stats.get("cached_tokens", 0)) for r in follows), default=0),
+        "slowest_reply_s": round(max((r.done - r.sent for r in replies), default=0), 3),
+        "decode_batch_mean": round(statistics.mean([float(r.stats.get("decode_batch", 1)) for r in good] or [1]), 2),
+        "lost": len(lost),
+        "errors": sorted({r.error for r in lost if r.error})[:3],
+        "checked": len(alone),
+        "mixed": mixed,
+    }
+
+
+def print_round(max_batch: str, row: dict) -> None:
     print(
-        f"{clients} clients x {per_client} requests: {len(latencies)} answered, {refused} refused (429) in "
-        f"{elapsed:.2f} s -> {rate:.2f} req/s, p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+        f"max-batch {max_batch:>3} | {row['clients']:>3} clients | {row['aggregate_tok_s']:>8.1f} tok/s all "
+        f"| per stream min {row['stream_tok_s_min']:.1f} p50 {row['stream_tok_s_p50']:.1f} tok/s "
+        f"| first token p50 {row['ttft_ms_p50']:.0f} p95 {row['ttft_ms_p95']:.0f} ms "
+        f"| follow-up p50 {row['follow_up_ttft_ms_p50']:.0f} ms | slowest {row['slowest_reply_s']:.2f} s "
+        f"| batch {row['decode_batch_mean']:.1f} | lost {row['lost']} mixed {row['mixed']}/{row['checked']}",
+        flush=True,
     )
 
 
-def reuse(url: str, token: str, max_tokens: int) -> None:
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(timeout=600, headers=headers) as http:
-        history = body(999, 0, max_tokens)["messages"]
-        first = http.post(url + "/v1/chat/completions", json={"messages": history, "max_tokens": max_tokens})
-        history += [
-            {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
-            {"role": "user", "content": "And what colour is it?"},
-        ]
-        follow = {"messages": history, "max_tokens": max_tokens}
-        reused = http.post(url + "/v1/chat/completions", json=follow)
-        rebuilt = http.post(url + "/v1/chat/completions", json=follow)  # nothing pooled holds this history now
-        for label, r in (("with reuse", reused), ("without reuse", rebuilt)):
-            usage = r.json()["usage"]
-            print(
-                f"follow-up {label}: prefill {r.headers['x-qvl-prefill-tokens']} of {usage['prompt_tokens']} "
-                f"prompt tokens (cached {usage['prompt_tokens_details']['cached_tokens']}), "
-                f"vision {r.headers['x-qvl-vision']}, ttft {r.json()['qvl']['ttft_ms']:.1f} ms"
-            )
+async def bench(url: str, token: str, args, max_batch: str) -> list[dict]:
+    url = url.rstrip("/")
+    await round_of(url, token, 1, args, seed=10_000)  # warm-up: not counted
+    rows = []
+    for k, clients in enumerate(args.clients):
+        row = await round_of(url, token, clients, args, seed=100_000 * (k + 1))  # new screens every round
+        row["max_batch"] = max_batch
+        print_round(max_batch, row)
+        rows.append(row)
+    return rows
+
+
+def numbers(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers like 1,4,16, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"every number must be at least 1, not {text!r}")
+    return values
+
+
+def screen_size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT like 1920x1080, not {text!r}") from None
+    if not (320 <= width <= 8192 and 200 <= height <= 8192):  # room for the drawn desktop's panels
+        raise argparse.ArgumentTypeError(f"the screen must be 320x200 to 8192x8192 pixels, not {text!r}")
+    return width, height
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,37 +222,43 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("QVL_API_TOKEN") or secrets.token_urlsafe(24),
         help="the API token: $QVL_API_TOKEN when set, else a fresh random one for the server this script starts",
     )
-    parser.add_argument("--clients", type=int, default=32, metavar="N")
-    parser.add_argument("--requests", type=int, default=3, metavar="N", help="requests per client")
-    parser.add_argument("--max-tokens", type=int, default=8, metavar="N")
+    parser.add_argument("--clients", type=numbers, default=[1, 4, 16, 64], metavar="N,N", help="one round per number")
+    parser.add_argument("--requests", type=int, default=1, metavar="N", help="conversations per client and round")
+    parser.add_argument("--max-tokens", type=int, default=256, metavar="N", help="tokens per reply")
+    parser.add_argument("--screen", type=screen_size, default=(1920, 1080), metavar="WxH", help="screenshot size")
+    parser.add_argument("--follow-up", action="store_true", help="each client then asks a follow-up")
+    parser.add_argument(
+        "--max-batch", type=numbers, default=[16, 1], metavar="N,N", help="one server per number (not with --url)"
+    )
+    parser.add_argument("--check", type=int, default=4, metavar="N", help="requests per round compared with alone")
+    parser.add_argument("--no-min-tokens", action="store_true", help="for servers without vLLM's min_tokens")
+    parser.add_argument("--json", metavar="FILE", help="also write every round's figures here")
     return parser
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args()
-    proc = None
-    url = args.url
-    if not url:
-        if not args.model:
-            parser.error("give --model DIR (to start a server) or --url")
-        extra = ("--max-queue", str(args.clients * 2))
+    args = parser.parse_args(argv)
+    if not args.url and not args.model:
+        parser.error("give --model DIR (to start a server) or --url")
+    rows: list[dict] = []
+    if args.url:
+        rows += asyncio.run(bench(args.url, args.token, args, "?"))
+    for max_batch in [] if args.url else args.max_batch:
+        queue = str(max(args.clients) * args.requests * 2 + 8)
         url, proc, _ = start_serve(
-            "--model",
-            args.model,
-            "--device",
-            args.device,
-            *extra,
+            *("--model", args.model, "--device", args.device, "--max-queue", queue, "--max-batch", str(max_batch)),
             config_dir=tempfile.mkdtemp(),
             token=args.token,
+            timeout=900,
         )
-    try:
-        asyncio.run(load(url.rstrip("/"), args.token, args.clients, args.requests, args.max_tokens))
-        reuse(url.rstrip("/"), args.token, args.max_tokens)
-    finally:
-        if proc is not None:
+        try:
+            rows += asyncio.run(bench(url, args.token, args, str(max_batch)))
+        finally:
             stop_serve(proc)
-    return 0
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rounds": rows}, indent=2) + "\n")
+    return 1 if any(r["lost"] for r in rows) else 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ def _replay(tmp_path: Path, replies: list[str]) -> str:
 def _serve_bench():
     spec = importlib.util.spec_from_file_location("serve_bench", ROOT / "scripts" / "serve_bench.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
