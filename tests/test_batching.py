@@ -494,3 +494,27 @@ def test_the_gpu_checks_concurrent_scenario_passes_on_cpu(tiny_model_dir, tmp_pa
     batched = [row for row in summary["rows"] if "batched" in row["scenario"] or "while others" in row["scenario"]]
     assert len(batched) >= 6 and all(row["compared"] > 0 for row in batched)
     assert sum(n for size, n in summary["batch_sizes"].items() if int(size) > 1) > 0
+
+
+def test_batch_rows_never_take_more_than_half_the_free_memory(tiny_model_dir, monkeypatch):
+    """A tray on a small GPU gets fewer rows (or none) instead of running out of memory: the rows fit
+    half of what is free after loading, whatever `max_batch` and `batch_memory_mb` allow."""
+    from qvl_agent.engine import qwen3vl
+    from qvl_agent.engine.batch_kv import BatchKV
+    from qvl_agent.engine.batcher import ROW_TOKENS
+
+    e = Qwen3VLEngine.load(str(tiny_model_dir), device="cpu", settings=Settings(max_batch=1))
+    per_row = BatchKV.bytes_per_row(e.model, ROW_TOKENS, e.dtype)
+    try:
+        monkeypatch.setattr(qwen3vl, "free_bytes", lambda device: 7 * per_row)
+        e.start_batching(16, 8192)
+        assert len(e.batcher.kv.rows) == 3  # 3.5 rows' worth is half of what is free
+        e.batcher.close()
+        e.batcher = None
+        monkeypatch.setattr(qwen3vl, "free_bytes", lambda device: 3 * per_row)
+        e.start_batching(16, 8192)
+        assert e.batcher is None  # one row is no batch: turns stay on the single-stream path
+        s = e.open_session([_shot(64, 64, 5)])
+        assert s.complete("Still answers?", options=_fixed(4)) and s.last_stats.decode_path != "batched"
+    finally:
+        e.close()

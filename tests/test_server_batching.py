@@ -60,7 +60,10 @@ async def _all_at_once(url: str, n: int) -> list[httpx.Response]:
 def _serve(tiny_model_dir, tmp_path_factory, max_batch: str):
     config = tmp_path_factory.mktemp(f"serve-batch-{max_batch}")
     args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", max_batch)
-    url, proc, _ = start_serve(*args, config_dir=config, token=TOKEN)
+    url, proc, printed = start_serve(*args, config_dir=config, token=TOKEN)
+    # The person is told how many requests will decode together.
+    said = {"1": "Batching: off (--max-batch 1)", "4": "Batching: up to 4 requests decode together."}
+    assert any(line.startswith(said[max_batch]) for line in printed), printed
     return url, proc
 
 

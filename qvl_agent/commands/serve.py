@@ -110,6 +110,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         what = f"{settings.model} (local)" if settings.engine == "local" else settings.engine
         print(f"Loading {what}...", file=sys.stderr, flush=True)
         engine = open_engine(settings)
+        if settings.engine == "local":
+            print(batching_note(engine, settings.max_batch), file=sys.stderr, flush=True)
         app = create_app(
             engine,
             settings,
@@ -135,3 +137,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         sock.close()
     print("Stopped.", file=sys.stderr, flush=True)
     return 0
+
+
+def batching_note(engine, max_batch: int) -> str:
+    """How many requests decode together, and why fewer than asked when memory decided."""
+    rows = len(engine.batcher.kv.rows) if getattr(engine, "batcher", None) is not None else 1
+    if max_batch == 1:
+        return "Batching: off (--max-batch 1): one request generates at a time."
+    if rows == 1:
+        return "Batching: off: batch_memory_mb, or the memory left after loading the model, holds no two rows of KV."
+    fewer = f" ({max_batch} asked; batch_memory_mb and the free memory hold {rows})" if rows < max_batch else ""
+    return f"Batching: up to {rows} requests decode together{fewer}."

@@ -9,10 +9,14 @@ whatever row they decoded in, and a follow-up still prefills only its new tokens
 The last position of every row is scratch: a step writes the K/V of a row that is not decoding there
 (the step always runs a fixed number of rows), so a row holds at most `row_tokens - 1` positions.
 
-Memory: rows x row_tokens x 112 KiB on the 2B model in bf16 (16 rows of 4,096 tokens: 7 GiB).
+Memory: rows x row_tokens x 112 KiB on the 2B model in bf16 (16 rows of 4,096 tokens: 7 GiB), so the
+engine never takes more than half of what is free once the model is loaded (`free_bytes`): a tray on a
+small GPU gets fewer rows, or none, rather than running out of memory.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -91,3 +95,13 @@ class BatchKV:
         """How many leading rows a step must run to cover every row in use."""
         used = [r.index for r in self.rows if r.index not in self._free]
         return max(used) + 1 if used else 0
+
+
+def free_bytes(device: torch.device) -> int:
+    """Memory free on `device` now: the GPU's free memory, or the machine's free RAM."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):  # no such counter here: the memory setting alone decides
+        return 2**62

@@ -23,7 +23,7 @@ import torch
 
 from qvl_agent.config import Settings, download_command
 from qvl_agent.engine.base import Engine, GenerationOptions
-from qvl_agent.engine.batch_kv import BatchKV
+from qvl_agent.engine.batch_kv import BatchKV, free_bytes
 from qvl_agent.engine.batcher import ROW_TOKENS, Batcher
 from qvl_agent.engine.context import Context, ImageSpan
 from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
@@ -188,9 +188,10 @@ class Qwen3VLEngine(Engine):
 
     def start_batching(self, max_batch: int, memory_mb: int) -> None:
         """Let turns of different sessions that overlap decode in one batched step (`batcher.py`): as
-        many rows as `max_batch` and `memory_mb` of KV allow. Fewer than two: batching stays off."""
+        many rows as `max_batch`, `memory_mb` of KV and half the free memory allow (the rest stays for
+        activations, vision features and sessions' own caches). Fewer than two: batching stays off."""
         per_row = BatchKV.bytes_per_row(self.model, ROW_TOKENS, self.dtype)
-        rows = min(max_batch, memory_mb * 2**20 // per_row)
+        rows = min(max_batch, min(memory_mb * 2**20, free_bytes(self.device) // 2) // per_row)
         if rows >= 2:
             self.batcher = Batcher(self, rows)
 
