@@ -518,3 +518,25 @@ def test_batch_rows_never_take_more_than_half_the_free_memory(tiny_model_dir, mo
         assert s.complete("Still answers?", options=_fixed(4)) and s.last_stats.decode_path != "batched"
     finally:
         e.close()
+
+
+# --- 12. a turn too long for a row does not starve behind a busy batch -----------------------------------------
+
+
+def test_a_turn_too_long_for_a_row_runs_between_batch_steps_not_after_the_batch(engine, alone):
+    """Its context does not fit a row, so it takes the single-stream path and waits for the model; the
+    batch lets it in between two steps instead of making it wait until every batched turn is done."""
+    too_long = Ask(_shot(64, 64, 100), "Read: " + "lorem ipsum dolor " * 320, _fixed(6))
+    s = too_long.open(engine)
+    with long_turn(engine, 101) as one:
+        two = engine.open_session([_shot(80, 64, 102)])  # a second turn makes it a batch
+        second = Reader(two, Ask(two.pending_images[0], "Go on.", _fixed(3000)))
+        second.start()
+        _wait_until(lambda: engine.batcher.decoding == 2, "two turns decoding in the batch")
+        reply = s.complete(too_long.text, options=too_long.options)
+        assert engine.batcher.active_sessions() == {one.id, two.id}  # both batched turns still stream
+        two.cancel()
+        with pytest.raises(GenerationCancelled):
+            second.reply()
+    assert s.last_stats.decode_path != "batched" and s.last_stats.prompt_tokens > engine.batcher.kv.row_tokens
+    assert [reply] == _alone(alone, too_long)[0]

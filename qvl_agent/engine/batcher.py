@@ -15,8 +15,9 @@ cache, the row is loaded from it and copied back at the end). A turn's reply is 
 would get alone: greedy picks come from the same logits.
 
 A turn whose context and reply would not fit a row runs on the single-stream path instead; so does a
-turn that arrives while nothing else is running (`should_batch`), which keeps a lone session on the
-fastest path (compiled step, speculation, chained decoding).
+turn that arrives while nothing else is running (`LocalSession._generate`), which keeps a lone session
+on the fastest path (compiled step, speculation, chained decoding). Whoever waits for the model outside
+the batch (such a turn, a prefetch) gets it between two passes, so nothing starves behind a busy batch.
 """
 
 from __future__ import annotations
@@ -100,6 +101,11 @@ class Batcher:
         with self._cond:
             return len(self._active)
 
+    @property
+    def holds_model(self) -> bool:
+        """Whether the batch thread holds the model (also for the moment after its last turn ended)."""
+        return self.engine.lock.holder == self._thread.ident
+
     def active_sessions(self) -> set[str]:
         with self._cond:
             return {t.session.id for t in (*self._waiting, *self._active)}
@@ -169,9 +175,15 @@ class Batcher:
                     self._cond.wait()
                 if self._closed and not (self._waiting or self._active):
                     return
-            with self.engine.lock, torch.inference_mode():
+            lock = self.engine.lock
+            with lock, torch.inference_mode():
                 while self._pass():
-                    pass
+                    if lock.waiting:  # a turn that cannot join the batch (too long for a row, a prefetch)
+                        break
+                taken = lock.taken
+            # Between two passes, whoever waits for the model gets it for its turn, then the batch goes
+            # on: no turn waits for the batch to run dry, and the batch waits for one turn at most.
+            lock.hand_over(taken)
 
     def _pass(self) -> bool:
         """One pass: admit, one prefill unit, one decode step. False once nothing is in flight."""

@@ -27,13 +27,30 @@ class TurnLock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holder: int | None = None
+        self._turns = threading.Condition()  # guards the two counters below
+        self.waiting = 0  # threads blocked on the lock now
+        self.taken = 0  # times the lock was taken, ever
 
     def __enter__(self) -> TurnLock:
         if self._holder == threading.get_ident():
             raise EngineError("Another answer is still streaming on this thread; read it to the end or close it first.")
-        self._lock.acquire()
+        with self._turns:
+            self.waiting += 1
+        try:
+            self._lock.acquire()
+        finally:
+            with self._turns:
+                self.waiting -= 1
+                self.taken += 1
+                self._turns.notify_all()
         self._holder = threading.get_ident()
         return self
+
+    def hand_over(self, taken_before: int, timeout: float = 1.0) -> None:
+        """After releasing: wait until another thread has taken the lock since `taken_before` (a plain
+        lock would let the releasing thread take it straight back). Bounded, should the waiter be gone."""
+        with self._turns:
+            self._turns.wait_for(lambda: self.taken > taken_before or not self.waiting, timeout)
 
     def __exit__(self, *exc) -> None:
         self._holder = None
@@ -43,6 +60,11 @@ class TurnLock:
     def busy(self) -> bool:
         """Whether a turn holds the model now."""
         return self._lock.locked()
+
+    @property
+    def holder(self) -> int | None:
+        """The thread whose turn holds the model, if any."""
+        return self._holder
 
     def held_here(self) -> bool:
         """Whether this thread's own turn holds the model."""

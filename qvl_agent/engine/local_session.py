@@ -292,7 +292,9 @@ class LocalSession(Session):
         batcher = e.batcher
         # Join the batch when the model is busy with other turns (a lone turn keeps the single-stream
         # path); never when this thread's own unfinished turn holds the model, which would wait for itself.
-        if batcher is not None and not e.lock.held_here() and (batcher.busy or e.lock.busy):
+        # A batch thread that still holds the model after its last turn ended is about to let go.
+        other_turn = e.lock.busy and not batcher.holds_model if batcher is not None else False
+        if batcher is not None and not e.lock.held_here() and (batcher.busy or other_turn):
             target, shots = self._target(text, images)
             if batcher.fits(target, options):
                 yield from batcher.run(self, text, images, options, target, shots)
