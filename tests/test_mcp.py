@@ -384,3 +384,42 @@ def test_an_overlong_question_is_refused_before_the_engine_sees_it(tmp_path):
     with pytest.raises(UsageError, match="characters long"):
         _text("x" * (MAX_TEXT_CHARS + 1), "question", '"What is this?"')
     assert _text("  What is this?  ", "question", "") == "What is this?"
+
+
+@pytest.mark.parametrize("max_batch", [16, 1])
+def test_questions_from_two_clients_decode_together_with_a_batching_engine(x_display, tiny_model_dir, max_batch):
+    """Two `ask_screen` calls at once (two MCP clients, or one beside a run) go through the engine's
+    batcher together instead of queueing behind each other; an engine without batching takes them
+    one at a time, as before."""
+    import time
+
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.qwen3vl import Qwen3VLEngine
+    from qvl_agent.mcp_server.tools import ScreenTools
+
+    region = capture.Region(0, 0, 320, 240)
+    engine = Qwen3VLEngine.load(str(tiny_model_dir), device="cpu", settings=Settings(max_batch=max_batch))
+    tools = ScreenTools(engine, Settings(max_new_tokens=24))
+    results: list[dict] = []
+
+    def ask(question: str) -> None:
+        results.append(tools.ask_screen(question, region=region)[1])
+
+    try:
+        with engine.lock:  # the model is busy: both questions arrive meanwhile
+            threads = [threading.Thread(target=ask, args=(q,)) for q in ("What is here?", "Which window is in front?")]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60
+            while engine.batcher is not None and engine.batcher.waiting < 2:
+                assert time.monotonic() < deadline, "the questions never reached the batch"
+                time.sleep(0.01)
+        for t in threads:
+            t.join(120)
+    finally:
+        engine.close()
+    assert len(results) == 2
+    if max_batch > 1:
+        assert all(r["decode_path"] == "batched" and r["decode_batch_max"] == 2 for r in results), results
+    else:
+        assert all(r["decode_path"] != "batched" for r in results), results

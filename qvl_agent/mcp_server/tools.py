@@ -7,6 +7,7 @@ the calling model can act on), and returns plain data. `server.py` wraps them as
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from dataclasses import asdict, dataclass
@@ -117,7 +118,11 @@ class ScreenTools:
         # with --allow-local-urls: the caller is a model, and a page or a document may have steered it.
         self.allow_local_urls = allow_local_urls
         self.browser = browser
-        self._lock = threading.Lock()
+        self._runs = threading.Lock()  # one agent run or script replay at a time
+        # A batching local engine takes overlapping turns itself (they decode in one step): questions
+        # about the screen then go on beside a run. Other engines answer one caller at a time.
+        batching = getattr(engine, "batcher", None) is not None
+        self._questions = contextlib.nullcontext() if batching else self._runs
 
     def _options(self) -> GenerationOptions:
         return GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
@@ -132,7 +137,7 @@ class ScreenTools:
         """(the answer, the turn's stats) for a question about the screen as it is now."""
         question = _text(question, "question", '"Which button saves the file?"')
         shot = self.capture(monitor, region)
-        with self._lock:
+        with self._questions:
             session = self.engine.open_session([shot])
             try:
                 answer = session.complete(question, options=self._options())
@@ -148,7 +153,7 @@ class ScreenTools:
 
         description = _text(description, "description", '"the Save button"')
         shot = self.capture(monitor)
-        with self._lock:
+        with self._questions:
             point = locate(self.engine, shot, description)
         return {
             "x": point.x,
@@ -178,7 +183,7 @@ class ScreenTools:
         guard = Guard.for_settings(self.settings, mode, hotkey=self.settings.hotkeys.stop if mode == "auto" else None)
         desktop = DesktopExecutor(interrupt=guard.switch.check)
         executor = DryRunExecutor(desktop) if mode == "dry-run" else desktop
-        with self._lock:
+        with self._runs:
             trace = None
             try:
                 guard.confine = executor.observe().region  # the first monitor: nothing outside it is touched
@@ -210,7 +215,7 @@ class ScreenTools:
             )
         task = _text(task, "task", '"Sign in as demo/demo"')
         _check_steps(max_steps)
-        with self._lock:
+        with self._runs:
             # The browser first: no Chromium or a dead URL leaves no empty run folder behind.
             executor = BrowserExecutor(
                 url,
@@ -272,7 +277,7 @@ class ScreenTools:
         path.chmod(0o600)
         output = run_dir / "files"
         out: dict = {"heals": [], "stopped": "", "healed_script": "", "diff": "", "report": ""}
-        with self._lock:
+        with self._runs:
             if heal:
                 healing = heal_replay(
                     path, functools.partial(point_or_click, self.engine), engine_name=self.engine.name,
