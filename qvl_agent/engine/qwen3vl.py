@@ -14,6 +14,7 @@ time (`self.lock`); sessions are isolated and idle ones lose their KV cache unde
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -150,6 +151,7 @@ class Qwen3VLEngine(Engine):
         self.banned_ids = torch.tensor(vision_ids, device=self.device)
         self.lock = TurnLock()  # one turn at a time, held across a turn's yields; refuses re-entry
         self._sessions: weakref.WeakValueDictionary[str, LocalSession] = weakref.WeakValueDictionary()
+        self._sessions_lock = threading.Lock()  # sessions open on any thread while the batch thread reads them
         self.vision_runs = 0  # how many times the vision tower ran (tests check reuse with it)
         self._vision_inputs: dict[tuple, dict] = {}  # grid -> precomputed vision-tower inputs
         self.fast: GraphRunner | None = None  # CUDA graphs, set up by warm_up() on a GPU
@@ -228,13 +230,18 @@ class Qwen3VLEngine(Engine):
 
     def open_session(self, images: Sequence[Screenshot] = (), system=None, tools=None) -> LocalSession:
         session = LocalSession(self, images, system, tools)
-        self._sessions[session.id] = session
+        with self._sessions_lock:
+            self._sessions[session.id] = session
         return session
+
+    def live_sessions(self) -> list[LocalSession]:
+        with self._sessions_lock:
+            return list(self._sessions.values())
 
     def close(self) -> None:
         if self.batcher is not None:
             self.batcher.close()
-        for session in list(self._sessions.values()):
+        for session in self.live_sessions():
             session.close()
         self.features.clear()
 
@@ -351,7 +358,7 @@ class Qwen3VLEngine(Engine):
         """Drop the KV caches of the least recently used idle sessions beyond the memory cap."""
         cap = self.settings.session_memory_mb * 2**20
         busy = self.batcher.active_sessions() if self.batcher is not None else set()
-        sessions = sorted((s for s in self._sessions.values() if s.id not in busy), key=lambda s: s.last_used)
+        sessions = sorted((s for s in self.live_sessions() if s.id not in busy), key=lambda s: s.last_used)
         total = sum(s.kv_bytes() for s in sessions)
         for s in sessions:
             if total <= cap:
