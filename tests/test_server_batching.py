@@ -152,3 +152,23 @@ def test_serve_bench_refuses_bad_arguments_in_one_line(flag):
     script = Path(__file__).resolve().parents[1] / "scripts" / "serve_bench.py"
     r = subprocess.run([sys.executable, str(script), "--model", "DIR", *flag], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and flag[0] in r.stderr
+
+
+def test_a_burst_fills_every_row_and_the_queue_before_anyone_gets_429(tiny_model_dir, tmp_path_factory):
+    """`--max-batch 2 --max-queue 1`: two requests decode and one waits, so a burst of three clients all
+    get their answer; only a fourth and later are told to retry."""
+    config = tmp_path_factory.mktemp("serve-burst")
+    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", "2", "--max-queue", "1")
+    url, proc = start_serve(*args, config_dir=config, token=TOKEN)[:2]
+    try:
+        for _ in range(3):  # a burst at a server with nothing running, three times
+            burst = asyncio.run(_all_at_once(url, 3))
+            assert [r.status_code for r in burst] == [200, 200, 200], [r.text[:200] for r in burst]
+        crowd = asyncio.run(_all_at_once(url, 8))
+        codes = [r.status_code for r in crowd]
+        assert set(codes) <= {200, 429} and codes.count(200) >= 3, codes
+        assert all(int(r.headers["Retry-After"]) >= 1 for r in crowd if r.status_code == 429)
+        health = httpx.get(url + "/health").json()
+        assert health["queue_depth"] == 0 and health["running"] == 0
+    finally:
+        assert stop_serve(proc) == 0
