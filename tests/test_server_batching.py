@@ -152,3 +152,74 @@ def test_serve_bench_refuses_bad_arguments_in_one_line(flag):
     script = Path(__file__).resolve().parents[1] / "scripts" / "serve_bench.py"
     r = subprocess.run([sys.executable, str(script), "--model", "DIR", *flag], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr and flag[0] in r.stderr
+
+
+def test_a_burst_fills_every_row_and_the_queue_before_anyone_gets_429(tiny_model_dir, tmp_path_factory):
+    """`--max-batch 2 --max-queue 1`: two requests decode and one waits, so a burst of three clients all
+    get their answer; only a fourth and later are told to retry."""
+    config = tmp_path_factory.mktemp("serve-burst")
+    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", "2", "--max-queue", "1")
+    url, proc = start_serve(*args, config_dir=config, token=TOKEN)[:2]
+    try:
+        for _ in range(3):  # a burst at a server with nothing running, three times
+            burst = asyncio.run(_all_at_once(url, 3))
+            assert [r.status_code for r in burst] == [200, 200, 200], [r.text[:200] for r in burst]
+        crowd = asyncio.run(_all_at_once(url, 8))
+        codes = [r.status_code for r in crowd]
+        assert set(codes) <= {200, 429} and codes.count(200) >= 3, codes
+        assert all(int(r.headers["Retry-After"]) >= 1 for r in crowd if r.status_code == 429)
+        health = httpx.get(url + "/health").json()
+        assert health["queue_depth"] == 0 and health["running"] == 0
+    finally:
+        assert stop_serve(proc) == 0
+
+
+def test_short_requests_do_not_wait_for_a_reply_too_long_for_a_row(tiny_model_dir, tmp_path_factory):
+    """A request whose context plus max_tokens does not fit a batch row decodes alone, but the batch
+    keeps stepping beside it: short requests sent meanwhile are answered before the long reply ends,
+    and the long reply is the one it gets with nobody else there."""
+    config = tmp_path_factory.mktemp("serve-long")
+    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", "3")
+    url, proc = start_serve(*args, config_dir=config, token=TOKEN)[:2]
+    long_body = {
+        "messages": [{"role": "user", "content": "describe " * 3000}],  # 3,000 tokens + 1,200: no row holds it
+        "max_tokens": 1200,
+        "min_tokens": 1200,
+        "temperature": 0,
+        "stream": True,
+    }
+
+    async def scenario():
+        async with httpx.AsyncClient(timeout=300, headers=HEADERS) as http:
+            chat = url + "/v1/chat/completions"
+            first = asyncio.get_running_loop().create_future()
+
+            async def long_reply():
+                async with http.stream("POST", chat, json=long_body) as r:
+                    lines = []
+                    async for line in r.aiter_lines():
+                        lines.append(line)
+                        if '"content": "' in line and '"content": ""' not in line and not first.done():
+                            first.set_result(None)
+                    return r.status_code, "\n".join(lines)
+
+            long_task = asyncio.ensure_future(long_reply())
+            await asyncio.wait_for(first, 120)  # the long reply is decoding
+            shorts = await asyncio.gather(*(http.post(chat, json={**_body(i), "max_tokens": 8}) for i in range(2)))
+            long_done_before = long_task.done()
+            status, text = await long_task
+            return shorts, long_done_before, httpx.Response(status, text=text, headers=_SSE)
+
+    shorts, long_done_before, long_response = asyncio.run(scenario())
+    try:
+        alone = httpx.post(url + "/v1/chat/completions", json=long_body, headers=HEADERS, timeout=300)
+    finally:
+        assert stop_serve(proc) == 0
+    assert [r.status_code for r in shorts] == [200, 200]
+    assert not long_done_before, "the short requests waited for the whole long reply"
+    text, stats = _reply(long_response)
+    assert stats["decode_tokens"] == 1200 and stats["decode_batch"] == 1.0
+    assert text == _reply(alone)[0]
+
+
+_SSE = {"content-type": "text/event-stream"}

@@ -17,7 +17,9 @@ would get alone: greedy picks come from the same logits.
 A turn whose context and reply would not fit a row runs on the single-stream path instead; so does a
 turn that arrives while nothing else is running (`LocalSession._generate`), which keeps a lone session
 on the fastest path (compiled step, speculation, chained decoding). Whoever waits for the model outside
-the batch (such a turn, a prefetch) gets it between two passes, so nothing starves behind a busy batch.
+the batch (such a turn, a prefetch) gets it between two passes, so nothing starves behind a busy batch;
+and a single-stream turn lets the batch run a pass between two of its tokens (`step_beside`), so the
+batch never starves behind a long reply either.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class Batcher:
         self._active: list[_Turn] = []
         self._cond = threading.Condition()
         self._closed = False
+        self._beside: set[str] = set()  # single-stream turns letting the batch run a pass (`step_beside`)
         self.batch_sizes: Counter[int] = Counter()  # decode steps by how many turns they carried
         self.tokens = 0  # tokens decoded in batched steps
         self._thread = threading.Thread(target=self._loop, name="qvl-batch", daemon=True)
@@ -108,7 +111,26 @@ class Batcher:
 
     def active_sessions(self) -> set[str]:
         with self._cond:
-            return {t.session.id for t in (*self._waiting, *self._active)}
+            return {t.session.id for t in (*self._waiting, *self._active)} | self._beside
+
+    def step_beside(self, session) -> None:
+        """From a single-stream turn that holds the model between two of its tokens: let the batch run
+        a pass, then take the model back. The turn goes on from its session's own cache (the shared
+        single slot may change meanwhile); its KV is never dropped for memory while it waits."""
+        e = self.engine
+        session.kv.sync()
+        if e.fast is not None and e.fast.slot.owner == session.id:
+            e.fast.slot.owner = None
+        with self._cond:
+            self._beside.add(session.id)
+        taken = e.lock.taken
+        e.lock.__exit__(None, None, None)
+        try:
+            e.lock.hand_over(taken)
+        finally:
+            e.lock.__enter__()
+            with self._cond:
+                self._beside.discard(session.id)
 
     def fits(self, target, options: GenerationOptions) -> bool:
         """Whether the turn's context and longest reply fit one row."""

@@ -347,6 +347,10 @@ class LocalSession(Session):
                         self.kv.sync()
                         handed_over = True
                         break
+                    if batcher is not None and batcher.busy:
+                        # Batched turns wait for the model and this one cannot join them (too long for a
+                        # row): they run a pass between two of its tokens instead of waiting for all.
+                        batcher.step_beside(self)
                     drafts = []
                     if drafter is not None:
                         drafter.extend(chosen)

@@ -82,10 +82,12 @@ class Scheduler:
         return self._running
 
     def reserve(self) -> bool:
-        """Take a place in the queue, or False when it is full. The place is held while the request's
-        images are decoded, so at most `max_queue` requests ever hold decoded images waiting."""
+        """Take a place, or False when every worker is busy and `max_queue` jobs already wait. The place
+        is held while the request's images are decoded, so at most `workers + max_queue` requests ever
+        hold decoded images. A worker that is free counts as a place: a burst of requests fills every
+        worker (every batch row) before the queue, however fast it arrives."""
         with self._lock:
-            if self._waiting >= self.max_queue:
+            if self._waiting + self._running >= self.max_queue + self.workers:
                 return False
             self._waiting += 1
             return True
