@@ -123,12 +123,9 @@ class Batcher:
             e.fast.slot.owner = None
         with self._cond:
             self._beside.add(session.id)
-        taken = e.lock.taken
-        e.lock.__exit__(None, None, None)
         try:
-            e.lock.hand_over(taken)
+            e.lock.let_waiters_in()
         finally:
-            e.lock.__enter__()
             with self._cond:
                 self._beside.discard(session.id)
 

@@ -52,6 +52,15 @@ class TurnLock:
         with self._turns:
             self._turns.wait_for(lambda: self.taken > taken_before or not self.waiting, timeout)
 
+    def let_waiters_in(self) -> None:
+        """From the turn holding the lock: let a thread waiting for it take its turn, then take it back."""
+        taken = self.taken
+        self.__exit__()
+        try:
+            self.hand_over(taken)
+        finally:
+            self.__enter__()
+
     def __exit__(self, *exc) -> None:
         self._holder = None
         self._lock.release()
