@@ -341,15 +341,14 @@ class LocalSession(Session):
                         break
                     if self.cancelled:
                         raise GenerationCancelled("The answer was stopped.")
-                    if batcher is not None and batcher.waiting and batcher.fits(target, options):
-                        # Others wait for the model: go on in the batch with them rather than make them
-                        # wait for this whole reply. The KV holds everything but the last token.
-                        self.kv.sync()
-                        handed_over = True
-                        break
                     if batcher is not None and batcher.busy:
-                        # Batched turns wait for the model and this one cannot join them (too long for a
-                        # row): they run a pass between two of its tokens instead of waiting for all.
+                        # Batched turns wait for the model: go on in the batch with them (the KV holds
+                        # everything but the last token), or, too long for a row, let them run a pass
+                        # between two of this reply's tokens; either way nobody waits for the whole reply.
+                        if batcher.fits(target, options):
+                            self.kv.sync()
+                            handed_over = True
+                            break
                         batcher.step_beside(self)
                     drafts = []
                     if drafter is not None:
