@@ -13,8 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from qvl_agent.playwright import sandbox, scripts
 from qvl_agent.playwright.chromium import find_browser
+from qvl_agent.sandbox import bubblewrap
+from qvl_agent.scripts.write import writer
 
 PAGES = Path(__file__).resolve().parent.parent / "tests" / "pages"
 
@@ -41,10 +42,10 @@ def main() -> None:
         "    b.close()\n"
     )
     started = time.perf_counter()
-    problem = sandbox.bubblewrap_problem()
+    problem = bubblewrap.bubblewrap_problem()
     print(f"bubblewrap probe: {(time.perf_counter() - started) * 1000:.0f} ms ({problem or 'ok'})")
     for name, source in (("trivial script", trivial), ("Chromium, goto, expect", page)):
-        for label, run in (("sandboxed", sandbox.run_sandboxed), ("unsandboxed", scripts._run_unsandboxed)):
+        for label, run in (("sandboxed", bubblewrap.run_sandboxed), ("unsandboxed", writer._run_unsandboxed)):
             times = []
             for _ in range(runs):
                 t = time.perf_counter()

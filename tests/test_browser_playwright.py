@@ -7,8 +7,8 @@ import pytest
 
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Screenshot
-from qvl_agent.playwright.header import with_header
-from qvl_agent.playwright.scripts import extract_script, write_script
+from qvl_agent.scripts.header import with_header
+from qvl_agent.scripts.write.writer import extract_script, write_script
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, write_replay
 from tests.pages.server import PageServer

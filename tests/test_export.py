@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from qvl_agent.errors import InputError
-from qvl_agent.playwright.export import compile_run, export_trace, python_locator, write_browser_info
-from qvl_agent.playwright.policy import check_script
+from qvl_agent.scripts.export.exporter import compile_run, export_trace, python_locator, write_browser_info
+from qvl_agent.scripts.write.policy import check_script
 from qvl_agent.trace import TraceWriter
 
 URL = "http://127.0.0.1:8000/form.html"

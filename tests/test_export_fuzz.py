@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from qvl_agent.playwright.export import compile_run
-from qvl_agent.playwright.export_gate import PLAYWRIGHT_ATTRS, UnsafeScript, check_export
+from qvl_agent.scripts.export.exporter import compile_run
+from qvl_agent.scripts.export.gate import PLAYWRIGHT_ATTRS, UnsafeScript, check_export
 from qvl_agent.secrets import PLACEHOLDER
 
 ORIGIN = "http://127.0.0.1:8000"

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.playwright.export_gate import PLAYWRIGHT_ATTRS
+from qvl_agent.scripts.export.gate import PLAYWRIGHT_ATTRS
 from tests.conftest import run_cli
 from tests.pages.helpers import call, click_at, element_centres, write_replay
 from tests.pages.server import PageServer

@@ -15,8 +15,8 @@ from qvl_agent.act.keys import system_chord
 from qvl_agent.agent import Agent
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Screenshot
-from qvl_agent.playwright.export import compile_run
-from qvl_agent.playwright.policy import check_script
+from qvl_agent.scripts.export.exporter import compile_run
+from qvl_agent.scripts.write.policy import check_script
 from qvl_agent.trace import TraceWriter, read_trace
 from tests.support.recording import RecordingExecutor
 

@@ -16,9 +16,10 @@ from PIL import Image
 
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.grounding import point_or_click
-from qvl_agent.playwright import heal, intent
-from qvl_agent.playwright.heal_rewrite import Edit, RewriteError, healed_source, unified_diff
 from qvl_agent.report import render_report
+from qvl_agent.scripts import intent
+from qvl_agent.scripts.heal import service as heal
+from qvl_agent.scripts.heal.rewrite import Edit, RewriteError, healed_source, unified_diff
 from qvl_agent.trace import read_trace
 
 NASTY = 'Sign\u2028up"\n); __import__("os").system("touch /tmp/pwned") #\x85\\ {{PASSWORD}} \ud800'
@@ -276,8 +277,8 @@ def _bomb() -> bytes:
 
 def test_the_report_shows_each_heal_escaped(tmp_path):
     from qvl_agent.image import load_image_bytes
-    from qvl_agent.playwright.heal_replay import HealResult, _write_trace
-    from qvl_agent.playwright.replay import ReplayResult
+    from qvl_agent.scripts.heal.replay import HealResult, _write_trace
+    from qvl_agent.scripts.replay import ReplayResult
     from qvl_agent.trace import TraceWriter
 
     shot = load_image_bytes(base64.b64decode(_png()))

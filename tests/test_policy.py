@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from qvl_agent.playwright.policy import ScriptRejected, check_script, verdict
+from qvl_agent.scripts.write.policy import ScriptRejected, check_script, verdict
 
 HEADER = "from playwright.sync_api import sync_playwright, expect\n"
 

@@ -14,7 +14,7 @@ import pytest
 
 from qvl_agent.cli import main
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.playwright.header import read_origins, render_header, with_header
+from qvl_agent.scripts.header import read_origins, render_header, with_header
 from tests.pages.server import PageServer
 
 pytestmark = pytest.mark.browser
@@ -312,7 +312,7 @@ def test_every_origin_of_the_header_is_reached_and_no_other(server, folder, caps
 
 
 def test_an_exported_script_replays_and_takes_url(server, folder, capsys):
-    from qvl_agent.playwright.export import export_run
+    from qvl_agent.scripts.export.exporter import export_run
 
     second = PageServer().start()
     try:
@@ -331,8 +331,8 @@ def test_an_exported_script_replays_and_takes_url(server, folder, capsys):
 def test_features_built_on_replay_can_bind_a_path_and_run_a_hook_inside(folder, tmp_path):
     # What a later feature needs: a channel into the sandbox (here a folder bound read-only) and code of its
     # own that runs inside before the script (here it marks the builtins, as a wrapper of Playwright would).
-    from qvl_agent.playwright.replay import replay_script
-    from qvl_agent.playwright.sandbox import Bind
+    from qvl_agent.sandbox.bubblewrap import Bind
+    from qvl_agent.scripts.replay import replay_script
 
     channel = tmp_path / "channel"
     channel.mkdir()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
+from qvl_agent.scripts.export.exporter import SCRIPT_CHROMIUM_ARGS
 from qvl_agent.trace import TraceWriter, default_trace_dir, latest_run, run_dirs
 from tests.conftest import run_cli
 from tests.pages.helpers import CHROMIUM, call

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.playwright import sandbox
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.playwright.scripts import keep_files, verify_script
+from qvl_agent.sandbox import bubblewrap
+from qvl_agent.scripts.write.writer import keep_files, verify_script
 from tests.pages.server import PageServer
 
 pytestmark = pytest.mark.browser
@@ -84,14 +84,14 @@ def canary(tmp_path):
 
 
 def run(source: str, server: PageServer, timeout_s: float = 60, **options):
-    return sandbox.run_sandboxed(
+    return bubblewrap.run_sandboxed(
         source, url=server.url + "/login.html", browser=BROWSER, timeout_s=timeout_s, default_timeout_ms=5000,
         **options,
     )  # fmt: skip
 
 
 def test_bubblewrap_is_available_here():
-    assert sandbox.bubblewrap_problem() is None
+    assert bubblewrap.bubblewrap_problem() is None
 
 
 # --- files --------------------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ def test_endless_output_and_a_memory_blow_up_leave_the_parent_bounded(server):
     flood = run(HEADER + "chunk = 'x' * (1 << 20)\nwhile True:\n    sys.stdout.write(chunk)\n", server)
     hog = run(HEADER + "blocks = []\nwhile True:\n    blocks.append(bytearray(256 << 20))\n", server)
     assert _peak_rss_kib() - before < 64 * 1024  # the parent read back only the output's tail
-    assert flood.returncode != 0 and len(flood.output) <= sandbox.OUTPUT_TAIL_BYTES
+    assert flood.returncode != 0 and len(flood.output) <= bubblewrap.OUTPUT_TAIL_BYTES
     assert hog.returncode != 0 and "MemoryError" in hog.output
 
 
@@ -415,7 +415,7 @@ def test_filling_the_disk_is_stopped_at_the_scratch_folders_size(server):
     assert unlinked.returncode != 0 and "No space left on device" in unlinked.output
     assert "all written" not in unlinked.output
     assert entries.returncode != 0 and "files and folders" in entries.limit and "all written" not in entries.output
-    assert sum(len(data) for data in files.files.values()) <= sandbox.COPY_BYTES
+    assert sum(len(data) for data in files.files.values()) <= bubblewrap.COPY_BYTES
 
 
 def test_files_in_the_sandboxs_root_and_dev_cannot_be_written(server):
@@ -592,9 +592,9 @@ def test_a_python_installed_under_tmp_runs_inside_and_the_rest_of_tmp_stays_hidd
     )
     runner = (
         "import json, sys\n"
-        "from qvl_agent.playwright import sandbox\n"
+        "from qvl_agent.sandbox import bubblewrap\n"
         "url, browser, source = sys.argv[1:]\n"
-        "r = sandbox.run_sandboxed(source, url=url, browser=browser, timeout_s=60, default_timeout_ms=5000)\n"
+        "r = bubblewrap.run_sandboxed(source, url=url, browser=browser, timeout_s=60, default_timeout_ms=5000)\n"
         "print(json.dumps([r.returncode, r.output]))\n"
     )
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

@@ -16,7 +16,7 @@ import pytest
 from qvl_agent import actions as A
 from qvl_agent.errors import ActionError, UsageError
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.playwright.literals import lit
+from qvl_agent.scripts.literals import lit
 from qvl_agent.secrets import Secrets, read_secrets
 from qvl_agent.trace import read_trace
 from tests.conftest import run_cli

@@ -14,7 +14,7 @@ import stat
 import pytest
 
 from qvl_agent import config
-from qvl_agent.playwright.policy import ScriptRejected, check_script
+from qvl_agent.scripts.write.policy import ScriptRejected, check_script
 from tests.conftest import run_cli
 from tests.test_desktop_e2e import call
 

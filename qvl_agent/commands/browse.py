@@ -74,7 +74,7 @@ def _check_host(host: str) -> str:
 
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
-    from qvl_agent.playwright.export import export_trace, write_browser_info
+    from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
     url = check_url(args.url)

@@ -238,7 +238,7 @@ def check_browser(settings: Settings) -> Check:
 
 def check_sandbox() -> Check:
     """bubblewrap, which `playwright --verify` runs model-written scripts in."""
-    from qvl_agent.playwright.sandbox import PACKAGE, bubblewrap_problem
+    from qvl_agent.sandbox.bubblewrap import PACKAGE, bubblewrap_problem
 
     problem = bubblewrap_problem()
     if problem is None:

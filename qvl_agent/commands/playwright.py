@@ -26,10 +26,10 @@ from qvl_agent.cli import add_engine_args, check_url
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import SandboxUnavailable, UsageError
-from qvl_agent.playwright import sandbox
-from qvl_agent.playwright.copy_back import keep_files
-from qvl_agent.playwright.header import script_origins, with_header
-from qvl_agent.playwright.scripts import rejected_path, save_script, write_script
+from qvl_agent.sandbox import bubblewrap
+from qvl_agent.sandbox.copy_back import keep_files
+from qvl_agent.scripts.header import script_origins, with_header
+from qvl_agent.scripts.write.writer import rejected_path, save_script, write_script
 
 
 def register(sub) -> None:
@@ -69,7 +69,7 @@ def playwright_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--unsafe-verify only goes with --verify.")
     unsafe = False
     if args.verify:
-        problem = sandbox.bubblewrap_problem()
+        problem = bubblewrap.bubblewrap_problem()
         if problem and not args.unsafe_verify:
             raise SandboxUnavailable(f"--verify runs model-written scripts only inside a sandbox: {problem}")
         if problem:

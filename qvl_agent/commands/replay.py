@@ -13,7 +13,7 @@ and never a hidden, runnable or instruction file. Its output is shown; the exit 
 
 With --heal, a step whose locator broke (nothing found, two found, a click something else intercepts, a
 failed check on an element that is gone) is repaired by the model from a screenshot and the step's
-intent (`playwright.heal_replay`); every heal is listed, the run's report shows each one, and a replay
+intent (`scripts.heal.replay`); every heal is listed, the run's report shows each one, and a replay
 that reached its end writes SCRIPT.healed.py (its diff printed), which replays without the model. A heal
 the model is unsure of stops the replay with one sentence (exit 1).
 """
@@ -60,8 +60,8 @@ def register(sub) -> None:
 
 def replay_command(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.playwright.chromium import find_browser
-    from qvl_agent.playwright.header import BadOrigin
-    from qvl_agent.playwright.replay import replay_script
+    from qvl_agent.scripts.header import BadOrigin
+    from qvl_agent.scripts.replay import replay_script
 
     script = Path(args.script)
     if not script.is_file():
@@ -126,7 +126,7 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
 def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: str, output: Path | None):
     from qvl_agent.engine import open_engine
     from qvl_agent.grounding import point_or_click
-    from qvl_agent.playwright.heal_replay import heal_replay
+    from qvl_agent.scripts.heal.replay import heal_replay
     from qvl_agent.trace import default_trace_dir
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
@@ -141,7 +141,7 @@ def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: s
 def _print_heals(healing) -> None:
     """Every heal, in order (nothing is healed silently); the healed script and its diff; the report."""
     from qvl_agent.cli import print_report
-    from qvl_agent.playwright.heal_replay import failing_code, new_code
+    from qvl_agent.scripts.heal.replay import failing_code, new_code
 
     source = healing.source
     for heal in healing.heals:

@@ -203,7 +203,7 @@ class ScreenTools:
         from qvl_agent.act.browser import BrowserExecutor
         from qvl_agent.act.guard import Guard
         from qvl_agent.act.netguard import local_target
-        from qvl_agent.playwright.export import export_trace, write_browser_info
+        from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
 
         url = _text(url, "url", '"https://example.com/"')
         if not url.startswith(("http://", "https://", "file://")):
@@ -252,9 +252,9 @@ class ScreenTools:
         from qvl_agent.act.netguard import local_target
         from qvl_agent.grounding import point_or_click
         from qvl_agent.playwright.chromium import find_browser
-        from qvl_agent.playwright.header import read_origins
-        from qvl_agent.playwright.heal_replay import failing_code, heal_replay, new_code
-        from qvl_agent.playwright.replay import replay_script
+        from qvl_agent.scripts.header import read_origins
+        from qvl_agent.scripts.heal.replay import failing_code, heal_replay, new_code
+        from qvl_agent.scripts.replay import replay_script
 
         if not (script or "").strip():
             raise UsageError("The script is empty: pass the text of a saved Playwright script.")

@@ -146,7 +146,7 @@ def ask_for_url(guess: str, parent: QWidget | None) -> str | None:
 def generate_script(engine, settings: Settings, url: str, task: str, path: Path, attempts: int = ATTEMPTS):
     """`qvl-agent playwright --verify` on the calling (engine) thread: (path or None, one-line summary)."""
     from qvl_agent.act.browser import BrowserExecutor
-    from qvl_agent.playwright.scripts import save_script, write_script
+    from qvl_agent.scripts.write.writer import save_script, write_script
 
     executor = BrowserExecutor(url, configured_browser=settings.browser, headless=True)
     try:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from qvl_agent.errors import BrowserError
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
-from qvl_agent.playwright.policy import check_script
+from qvl_agent.scripts.export.exporter import SCRIPT_CHROMIUM_ARGS
+from qvl_agent.scripts.write.policy import check_script
 from tests.conftest import run_cli
 
 

@@ -39,7 +39,7 @@ class DomGroundingOracle:
     def _box_centre(self, selector: str) -> list[int]:
         from playwright.sync_api import sync_playwright
 
-        from qvl_agent.playwright.export import SCRIPT_CHROMIUM_ARGS
+        from qvl_agent.scripts.export.exporter import SCRIPT_CHROMIUM_ARGS
 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)

@@ -1,7 +1,7 @@
 """The files a sandboxed script wrote, received through a pipe from inside.
 
 The scratch folder is a sized tmpfs inside the sandbox (so every byte written there counts, files unlinked
-while still open included, and the host's disk never sees it). When the script ends, `sandbox_init.py`
+while still open included, and the host's disk never sees it). When the script ends, `init_in_sandbox.py`
 sends the regular files under it through a pipe as records:
 
     b"F" | name length (4 bytes, big-endian) | name (the path under the scratch folder) | size (8 bytes) | data

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-from qvl_agent.playwright.literals import comment_text
+from qvl_agent.scripts.literals import comment_text
 
 PREFIX = "# intent: "
 MAX_TEXT = 120  # names, captions and reasons are cut here: enough to recognise, short enough to read

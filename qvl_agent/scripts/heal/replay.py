@@ -1,15 +1,15 @@
 """`replay --heal`: a sandboxed replay whose broken steps the model repairs, and what comes out of it.
 
 `heal_replay(script, ask, ...)` runs the script the way `replay.replay_script` does (the same sandbox,
-origins and output folder), with two things more inside: a unix socket to a `heal.HealService` and
-`heal_hook.py` run before the script (with `locate.py` beside it, the same element resolver the recorder
-uses). Why inside: the script drives its own Chromium in the sandbox, which nothing outside can reach;
-the hook sees the failing call, the live page and the script's own frame, and only a screenshot, an
-intent and a point cross the socket.
+origins and output folder), with two things more inside: a unix socket to a `service.HealService` and
+`hook_in_sandbox.py` run before the script (with `playwright/locate.py` beside it, the same element
+resolver the recorder uses). Why inside: the script drives its own Chromium in the sandbox, which
+nothing outside can reach; the hook sees the failing call, the live page and the script's own frame, and
+only a screenshot, an intent and a point cross the socket.
 
 After the run: the run folder (`trace.jsonl` with one step per heal: its screenshot, the model's point
 as a click marker, the failing and the new locator; and its `report.html`), and, when the replay reached
-the end with at least one heal, `SCRIPT.healed.py` with the repaired locators (`heal_rewrite`), which
+the end with at least one heal, `SCRIPT.healed.py` with the repaired locators (`rewrite`), which
 replays without the model (`SCRIPT.healed-2.py` and so on when one is already there: nothing is
 overwritten). A replay that stopped on a heal, or failed after one, writes no healed script:
 its heals are not known to lead to the recorded end state.
@@ -24,15 +24,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.playwright import heal_rewrite
-from qvl_agent.playwright.heal import Asker, Heal, HealService, model_point
-from qvl_agent.playwright.replay import ReplayResult, replay_script
-from qvl_agent.playwright.sandbox import SCRIPT_INSIDE, Bind
-from qvl_agent.playwright.steps import python_locator
+from qvl_agent.playwright import locate
+from qvl_agent.sandbox.bubblewrap import SCRIPT_INSIDE, Bind
+from qvl_agent.scripts.export.steps import python_locator
+from qvl_agent.scripts.heal import rewrite
+from qvl_agent.scripts.heal.service import Asker, Heal, HealService, model_point
+from qvl_agent.scripts.replay import ReplayResult, replay_script
 from qvl_agent.trace import TraceWriter
 
-HOOK = Path(__file__).with_name("heal_hook.py")
-LOCATE = Path(__file__).with_name("locate.py")  # imports only the standard library: it runs inside too
+HOOK = Path(__file__).with_name("hook_in_sandbox.py")
+LOCATE = Path(locate.__file__)  # imports only the standard library: it runs inside too
 CONFIG_INSIDE = "/sandbox/heal.json"  # where the hook reads its settings
 PROBE_MS = 5000  # a locator that finds nothing for this long (and after the page's network is idle) is broken
 
@@ -128,7 +129,7 @@ def new_code(heal: Heal) -> str:
 def failing_code(source: str, heal: Heal) -> str:
     where = heal.where
     if {"end_line", "end_col", "method"} <= where.keys():
-        found = heal_rewrite.code_at(source, where["end_line"], where["end_col"], where["method"])
+        found = rewrite.code_at(source, where["end_line"], where["end_col"], where["method"])
         if found:
             return found
     return heal.failing
@@ -139,11 +140,11 @@ def _write_healed(script: Path, source: str, result: HealResult) -> None:
     for heal in result.heals:
         where = heal.where
         if heal.locator and {"end_line", "end_col", "method"} <= where.keys():
-            edits.append(heal_rewrite.Edit(where["end_line"], where["end_col"], where["method"], heal.locator,
+            edits.append(rewrite.Edit(where["end_line"], where["end_col"], where["method"], heal.locator,
                                            cover=heal.kind == "cover"))  # fmt: skip
     try:
-        healed = heal_rewrite.healed_source(source, edits)
-    except heal_rewrite.RewriteError as exc:
+        healed = rewrite.healed_source(source, edits)
+    except rewrite.RewriteError as exc:
         result.not_written = str(exc)
         return
     try:
@@ -152,7 +153,7 @@ def _write_healed(script: Path, source: str, result: HealResult) -> None:
         result.not_written = f"it could not be saved beside {script.name} ({exc.strerror or exc})"
         return
     result.healed_path = path
-    result.diff = heal_rewrite.unified_diff(source, healed, script.name, path.name)
+    result.diff = rewrite.unified_diff(source, healed, script.name, path.name)
 
 
 def _write_trace(trace: TraceWriter, source: str, result: HealResult) -> None:

@@ -1,4 +1,4 @@
-"""The sandbox's network: the host side of its relays (see `sandbox.py`, **Network**).
+"""The sandbox's network: the host side of its relays (see `bubblewrap.py`, **Network**).
 
 `inside_addresses(targets)` says where each origin's relay listens inside the sandbox and writes the
 sandbox's /etc/hosts; `Forwarder` is the one way out for one origin: a unix socket bound into the sandbox
@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from qvl_agent.errors import SandboxUnavailable
-from qvl_agent.playwright.sandbox_init import pipe as _pipe  # the same byte relay runs on both sides
+from qvl_agent.sandbox.init_in_sandbox import pipe as _pipe  # the same byte relay runs on both sides
 
 MAX_CONNECTIONS = 64  # open connections through one forwarder at once
 

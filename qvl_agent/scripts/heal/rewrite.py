@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from qvl_agent.errors import QvlError
-from qvl_agent.playwright.literals import string_literal
+from qvl_agent.scripts.literals import string_literal
 
 FACTORIES = {"locator", "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text",
              "get_by_alt_text", "get_by_title", "frame_locator", "nth", "first", "last", "filter"}  # fmt: skip

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from qvl_agent.playwright.literals import comment_text, lit
-from qvl_agent.playwright.steps import python_locator, q, target_key
+from qvl_agent.scripts.export.steps import python_locator, q, target_key
+from qvl_agent.scripts.literals import comment_text, lit
 
 FORM_TAGS = {"input", "textarea", "select"}
 

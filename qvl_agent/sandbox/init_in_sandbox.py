@@ -1,6 +1,6 @@
-"""The first program inside the sandbox (run by `sandbox.py`, never imported by qvl-agent).
+"""The first program inside the sandbox (run by `bubblewrap.py`, never imported by qvl-agent).
 
-    python -I sandbox_init.py SPEC
+    python -I init_in_sandbox.py SPEC
 
 SPEC is JSON: {"relays": [[LISTEN_HOST, PORT, SOCKET], ...], "timeout_ms": N or null, "limits": [DATA,
 NPROC, FSIZE] or null, "hooks": [PATH, ...], "script": PATH, "argv": [...], "files_fd": FD or null,
@@ -15,7 +15,7 @@ verification's timeout ends the run. It runs each hook file (features built on t
 set-up there), sets the resource limits (set here, after bubblewrap made the user namespace, the process
 limit counts only the sandbox's own processes) and runs the script as `__main__` with `argv` after its
 name. When the script ends, the regular files under its working directory go back through FILES_FD
-(`sandbox_files.py` reads them).
+(`files_out.py` reads them).
 
 Nothing here is a wall: the script could stop the relay or undo the timeouts, and gain nothing by it.
 The walls are the namespaces and the forwarder outside.
@@ -100,7 +100,7 @@ def _limit(data: int, processes: int, file_size: int) -> None:
 
 def send_files(folder: str, fd: int, budget: int, depth: int = 32) -> None:
     """Send the regular files under `folder` (links never followed, at most `depth` folders deep) through
-    `fd` as the records `sandbox_files.parse_files` reads, until `budget` bytes of data are sent."""
+    `fd` as the records `files_out.parse_files` reads, until `budget` bytes of data are sent."""
     stack = [("", 0)]
     with os.fdopen(fd, "wb") as out:
         while stack:

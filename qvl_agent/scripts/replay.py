@@ -1,7 +1,7 @@
 """Running a saved Playwright script (exported by `browse --export`, or written by the model) in the sandbox.
 
 `replay_script(path, ...)` is what `qvl-agent replay`, the tray and the MCP server call: the script runs
-in the same bubblewrap sandbox as verification (`sandbox.run_sandboxed`) with
+in the same bubblewrap sandbox as verification (`bubblewrap.run_sandboxed`) with
 
 - **network** only to the origins its header names (`header.read_origins`), plus any the person adds
   (`allow`, from `--allow-domain`) and the origin of a `--url` passed through to the script; a script
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from qvl_agent.playwright import sandbox, sandbox_watch
-from qvl_agent.playwright.copy_back import keep_files
-from qvl_agent.playwright.header import BadOrigin, check_origin, origin_of, page_file, read_origins
-from qvl_agent.playwright.sandbox import Bind
+from qvl_agent.sandbox import bubblewrap, watchdog
+from qvl_agent.sandbox.bubblewrap import Bind
+from qvl_agent.sandbox.copy_back import keep_files
+from qvl_agent.scripts.header import BadOrigin, check_origin, origin_of, page_file, read_origins
 from qvl_agent.secrets import ENV_PREFIX
 
 
@@ -118,13 +118,13 @@ def replay_script(
             origins.append(origin_of(url))
         argv = ["--url", url]
     origins = list(dict.fromkeys(origins))
-    result = sandbox.run_sandboxed(
+    result = bubblewrap.run_sandboxed(
         source,
         origins=origins,
         browser=browser,
         timeout_s=timeout_s,
         argv=argv,
-        memory_bytes=(memory_mb << 20) if memory_mb else sandbox_watch.MEMORY_BYTES,
+        memory_bytes=(memory_mb << 20) if memory_mb else watchdog.MEMORY_BYTES,
         binds=extra,
         init_hooks=init_hooks,
         env=secret_variables(source, secrets or {}),

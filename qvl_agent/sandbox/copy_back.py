@@ -11,7 +11,7 @@ the rule is narrow:
   instruction file that a coding assistant or installer reads (`AGENTS.md`, `CLAUDE.md`,
   `requirements.txt`, ...), never an absolute path or `..`.
 
-Nothing here runs anything: `scripts.py` (verification) and `replay.py` call `keep_files`.
+Nothing here runs anything: `scripts/write/writer.py` (verification) and `scripts/replay.py` call `keep_files`.
 """
 
 from __future__ import annotations

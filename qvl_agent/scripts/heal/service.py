@@ -1,7 +1,7 @@
 """Healing a replay, the side outside the sandbox: the model answers the hook's questions; every heal is kept.
 
 `HealService(ask, path)` listens on a unix socket that `replay --heal` binds into the sandbox, where
-`heal_hook.py` wraps the script's Playwright calls. For each step that broke, the hook sends the step's
+`hook_in_sandbox.py` wraps the script's Playwright calls. For each step that broke, the hook sends the step's
 intent and a screenshot of the page; this side asks the model where that element is now (`ask`, in
 practice `grounding.point_or_click`: Qwen3-VL's official grounding form, the ScreenSpot adapter's
 `left_click` question with the step's intent in words, and the agent's own computer-use turn when that
@@ -13,7 +13,7 @@ screenshot with the point, the new locator, the model's time and the whole heal'
 
 Everything from inside is untrusted: one line at a time, bounded (`MAX_LINE`), at most `MAX_HEALS` heals,
 a screenshot decoded under the pixel limit, a locator accepted only as one of the known kinds with text
-fields. The healed script is written from these records by `heal_rewrite`, never from the hook's text.
+fields. The healed script is written from these records by `rewrite`, never from the hook's text.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from qvl_agent.errors import QvlError
 from qvl_agent.image import Screenshot, load_image_bytes, to_model
-from qvl_agent.playwright.intent import describe
+from qvl_agent.scripts.intent import describe
 
 MAX_HEALS = 20  # a script that breaks more often than this has changed too much to heal step by step
 MAX_LINE = 24 << 20  # one message: a viewport PNG as base64 fits many times over

@@ -1,5 +1,5 @@
 """Model-written Playwright scripts: pull the script out of a reply, check it against the policy, verify
-it by running it in the bubblewrap sandbox (`sandbox.py`), and feed every failure back to the model (the
+it by running it in the bubblewrap sandbox (`bubblewrap.py`), and feed every failure back to the model (the
 script's own last error lines), a bounded number of times. Files a verified script wrote are kept in a
 new folder beside it (`save_script`, `copy_back.keep_files`); the last rejected attempt goes to
 OUT.rejected.py (`rejected_path`).
@@ -26,11 +26,11 @@ from qvl_agent.engine import Engine, GenerationOptions
 from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.image import Screenshot
 from qvl_agent.parse import code_blocks
-from qvl_agent.playwright import sandbox, sandbox_watch
-from qvl_agent.playwright.copy_back import Kept, keep_files
-from qvl_agent.playwright.header import script_origins, with_header
-from qvl_agent.playwright.policy import ScriptRejected, check_script
-from qvl_agent.playwright.sandbox_watch import walk
+from qvl_agent.sandbox import bubblewrap, watchdog
+from qvl_agent.sandbox.copy_back import Kept, keep_files
+from qvl_agent.sandbox.watchdog import walk
+from qvl_agent.scripts.header import script_origins, with_header
+from qvl_agent.scripts.write.policy import ScriptRejected, check_script
 
 MAX_ERROR_CHARS = 1500  # what goes back to the model from a failed run
 
@@ -65,15 +65,15 @@ def verify_script(
 ) -> Verification:
     """Run a script with its own fresh headless Chromium, within `timeout_s`.
 
-    Inside the bubblewrap sandbox (`sandbox.run_sandboxed`; raises SandboxUnavailable where it cannot
+    Inside the bubblewrap sandbox (`bubblewrap.run_sandboxed`; raises SandboxUnavailable where it cannot
     start), its memory capped at `memory_mb` in all; only with `unsafe`, which the person asked for by
     name (--unsafe-verify), as a plain subprocess with their rights."""
     wait_ms = playwright_timeout_ms(timeout_s)
     if unsafe:
         result = _run_unsandboxed(source, url=url, browser=browser, timeout_s=timeout_s, default_timeout_ms=wait_ms)
     else:
-        memory = (memory_mb << 20) if memory_mb else sandbox_watch.MEMORY_BYTES
-        result = sandbox.run_sandboxed(
+        memory = (memory_mb << 20) if memory_mb else watchdog.MEMORY_BYTES
+        result = bubblewrap.run_sandboxed(
             source, url=url, browser=browser, timeout_s=timeout_s, default_timeout_ms=wait_ms, memory_bytes=memory
         )
     if result.returncode == 0:
@@ -96,7 +96,7 @@ def last_error_lines(output: str, limit: int = MAX_ERROR_CHARS) -> str:
             skip_code = False
             if line.startswith("    ") and not line.lstrip().startswith("File "):
                 continue
-        if line.lstrip().startswith("File ") and ("<frozen runpy>" in line or sandbox.INIT_INSIDE in line):
+        if line.lstrip().startswith("File ") and ("<frozen runpy>" in line or bubblewrap.INIT_INSIDE in line):
             skip_code = True
             continue
         kept.append(line)
@@ -106,7 +106,7 @@ def last_error_lines(output: str, limit: int = MAX_ERROR_CHARS) -> str:
 
 def _run_unsandboxed(
     source: str, *, url: str, browser: str, timeout_s: float, default_timeout_ms: float
-) -> sandbox.SandboxResult:
+) -> bubblewrap.SandboxResult:
     """Today's behaviour for --unsafe-verify: the person's own rights, a scratch cwd, a timeout."""
     with tempfile.TemporaryDirectory(prefix="qvl-verify-") as scratch:
         script = Path(scratch) / "script.py"
@@ -119,7 +119,7 @@ def _run_unsandboxed(
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         spec = {"relays": [], "timeout_ms": default_timeout_ms, "script": str(script), "files_fd": None}
-        command = [sys.executable, "-I", str(sandbox.INIT), json.dumps(spec)]
+        command = [sys.executable, "-I", str(bubblewrap.INIT), json.dumps(spec)]
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
                 command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
@@ -131,13 +131,13 @@ def _run_unsandboxed(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             returncode = None
-        output = sandbox.read_tail(log_path)
+        output = bubblewrap.read_tail(log_path)
         log_path.unlink()
         script.unlink()
-        return sandbox.SandboxResult(returncode, output, _files_in(Path(scratch)))
+        return bubblewrap.SandboxResult(returncode, output, _files_in(Path(scratch)))
 
 
-def _files_in(folder: Path, budget: int = sandbox.COPY_BYTES) -> dict[str, bytes]:
+def _files_in(folder: Path, budget: int = bubblewrap.COPY_BYTES) -> dict[str, bytes]:
     """The regular files under `folder` (links never followed), up to `budget` bytes in all."""
     files: dict[str, bytes] = {}
     for path, info in walk(folder):
@@ -181,7 +181,7 @@ def write_script(
     Verification runs in the sandbox (raises SandboxUnavailable before asking the model when it cannot
     start), or with the person's rights when `unsafe`."""
     if verify and not unsafe:
-        problem = sandbox.bubblewrap_problem()
+        problem = bubblewrap.bubblewrap_problem()
         if problem:
             raise SandboxUnavailable(f"Refusing to run model-written scripts without the sandbox: {problem}")
     session = engine.open_session()
@@ -227,7 +227,7 @@ def _summary(error: str, lines: int = 6) -> str:
     shown = body[-lines:]
     if frames:
         exception = next((i for i in range(frames[-1] + 1, len(body)) if not body[i].startswith(" ")), None)
-        own = [i for i in frames if sandbox.SCRIPT_INSIDE in body[i]]
+        own = [i for i in frames if bubblewrap.SCRIPT_INSIDE in body[i]]
         if exception is not None:
             where = body[own[-1] : own[-1] + 2] if own else []
             shown = where + body[exception : exception + lines - len(where)]

@@ -15,7 +15,7 @@ to the model, which writes a better script:
 Ordinary code passes: printing in loops, `open()` for a CSV, `os.makedirs`, paths built at run time,
 argparse, classes, `getattr`. Python's reflection means any lint over it can be bypassed, so nothing here
 stands between a script and the machine: every run of a script (verification, `qvl-agent replay`, the
-tray, the MCP server) goes through the bubblewrap sandbox (`sandbox.py`), which is the wall. It works on
+tray, the MCP server) goes through the bubblewrap sandbox (`qvl_agent/sandbox/`), which is the wall. It works on
 the syntax tree only; it never imports or runs the script.
 """
 
@@ -29,7 +29,7 @@ import tokenize
 from dataclasses import dataclass
 
 from qvl_agent.errors import InputError
-from qvl_agent.playwright.policy_rules import (
+from qvl_agent.scripts.write.policy_rules import (
     ATTACHING,
     CODE_FROM_TEXT,
     NOT_NEEDED_MODULES,

@@ -1,8 +1,8 @@
 """Run a Playwright script inside a bubblewrap sandbox: every run of a saved or model-written script.
 
 `run_sandboxed(source, origins=..., browser=..., timeout_s=...)` runs the script with its own fresh Chromium
-and returns how it ended, its last output and the files it wrote. Verification (`scripts.verify_script`),
-`qvl-agent replay` (`replay.py`), the tray and the MCP server all run scripts through it; no path runs
+and returns how it ended, its last output and the files it wrote. Verification (`scripts.write.writer.verify_script`),
+`qvl-agent replay` (`scripts/replay.py`), the tray and the MCP server all run scripts through it; no path runs
 model-written code without it unless the person names `--unsafe-verify`. What the script can touch:
 
 - **Files:** a new mount namespace holding the system folders (/usr and the /etc entries that Chromium
@@ -12,12 +12,12 @@ model-written code without it unless the person names `--unsafe-verify`. What th
   of a fixed size (`--size`): /tmp, /dev/shm and the scratch folder /scratch, the working directory. The
   kernel refuses bytes past their size, files unlinked while still open included, and the host's disk
   never holds them. When the script ends, the files under /scratch come back through a pipe
-  (`sandbox_files.py`), at most COPY_BYTES; where they go is `copy_back.py`'s rule. A page's own file://
+  (`files_out.py`), at most COPY_BYTES; where they go is `copy_back.py`'s rule. A page's own file://
   target is bound read-only, alone, when the caller asks.
 - **Processes:** a new PID namespace that dies with the parent (`--die-with-parent`): when the timeout
   kills bubblewrap, the kernel ends every process inside. A new session (no terminal to type into), all
   capabilities dropped (only CAP_NET_BIND_SERVICE, scoped to the sandbox's own user and network
-  namespaces, when an origin's port is below 1024). A seccomp filter (`sandbox_seccomp.py`) lets no
+  namespaces, when an origin's port is below 1024). A seccomp filter (`seccomp.py`) lets no
   process make a user namespace again, so none makes a PID, mount or network namespace of its own either.
 - **Resources:** memory per process (RLIMIT_DATA: Chromium and V8 reserve tens of GB of address space
   they never touch, so RLIMIT_AS would stop Chromium from starting), processes and threads (RLIMIT_NPROC,
@@ -25,10 +25,10 @@ model-written code without it unless the person names `--unsafe-verify`. What th
   (RLIMIT_FSIZE, which also caps each memfd), no core files. Output goes to a file capped by that limit,
   never into a pipe to this process: only its last bytes are read back. What no kernel limit holds here
   (processes when run as root, the memory of all processes together with shared memory and the tmpfs
-  folders, the number of files) `sandbox_watch.Watchdog` checks from outside, ending the run past a limit.
+  folders, the number of files) `watchdog.Watchdog` checks from outside, ending the run past a limit.
 - **Network:** a new network namespace whose only interface is its own loopback. Each origin the script
   may reach names a host; inside, /etc/hosts maps that host to a loopback address of its own and
-  `sandbox_init.py` listens on its port there, handing each connection to a unix socket bound in from
+  `init_in_sandbox.py` listens on its port there, handing each connection to a unix socket bound in from
   here. Behind each socket this module connects to that origin's address, resolved once before the run (a
   DNS answer cannot change where it goes), and to nothing else. So the same URLs work unchanged inside,
   whatever browser flags or HTTP client the script uses; any other port on loopback, any other host, the
@@ -49,6 +49,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -57,13 +58,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent.errors import SandboxUnavailable
-from qvl_agent.playwright.sandbox_files import FileReceiver
-from qvl_agent.playwright.sandbox_net import Forwarder, inside_addresses, port_of
-from qvl_agent.playwright.sandbox_seccomp import filter_program
-from qvl_agent.playwright.sandbox_watch import Watchdog, remove_tree
+from qvl_agent.sandbox.files_out import FileReceiver
+from qvl_agent.sandbox.net import Forwarder, inside_addresses, port_of
+from qvl_agent.sandbox.seccomp import filter_program
+from qvl_agent.sandbox.watchdog import Watchdog, remove_tree
 
 PACKAGE = "bubblewrap"
-INIT = Path(__file__).with_name("sandbox_init.py")
+INIT = Path(__file__).with_name("init_in_sandbox.py")
 INIT_INSIDE = "/sandbox/init.py"  # where INIT lies inside the sandbox
 SCRIPT_INSIDE = "/sandbox/script.py"  # and the script
 
@@ -136,7 +137,7 @@ def bubblewrap_problem() -> str | None:
     return None
 
 
-# Every namespace new. Inside, the seccomp filter (`sandbox_seccomp`) lets no process make a user namespace
+# Every namespace new. Inside, the seccomp filter (`seccomp`) lets no process make a user namespace
 # again, so none can make a PID, mount or network namespace either (each needs capabilities only a new user
 # namespace gives).
 _NAMESPACES = ("--unshare-all", "--unshare-user")
@@ -173,7 +174,7 @@ def run_sandboxed(
     origin (a file:// `url` is bound read-only, alone, and no network is given). `argv` follows the
     script's name in its sys.argv. `default_timeout_ms` lowers Playwright's default waits (None: leave
     them). `memory_bytes` is the memory of the whole run, shared memory and its tmpfs folders included.
-    `binds` and `init_hooks` (Python files run inside before the script, as `sandbox_init` runs its own
+    `binds` and `init_hooks` (Python files run inside before the script, as `init_in_sandbox` runs its own
     set-up) are for features built on top. `env` adds variables (a replayed script's secrets).
 
     Raises SandboxUnavailable when bubblewrap is missing or cannot start, or an origin cannot be reached
@@ -354,9 +355,8 @@ def _system_binds() -> list[str]:
 def _python_and_browser_binds(browser: str) -> list[str]:
     """Read-only binds for this Python (its installation and its environment's packages, Playwright's
     driver among them) and the browser's folder, where they lie outside /usr."""
-    import playwright
-
-    wanted = {Path(sys.base_prefix), Path(sys.prefix), Path(playwright.__file__).resolve().parent.parent}
+    packages = {Path(sysconfig.get_path(name)).resolve() for name in ("purelib", "platlib")}
+    wanted = {Path(sys.base_prefix), Path(sys.prefix), *packages}
     resolved = Path(browser).resolve()
     wanted.add(resolved.parent)
     binds: list[str] = []

@@ -38,14 +38,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qvl_agent.playwright.assertions import end_state_assertions
-from qvl_agent.playwright.export_gate import check_export
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
-from qvl_agent.playwright.header import render_header, script_origins
-from qvl_agent.playwright.intent import comment as intent_comment
-from qvl_agent.playwright.intent import op_action, reason_of, step_intent
-from qvl_agent.playwright.literals import comment_text, docstring_text, lit
-from qvl_agent.playwright.steps import Op, StepCompiler, python_locator, target_key
+from qvl_agent.scripts.export.assertions import end_state_assertions
+from qvl_agent.scripts.export.gate import check_export
+from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, target_key
+from qvl_agent.scripts.header import render_header, script_origins
+from qvl_agent.scripts.intent import comment as intent_comment
+from qvl_agent.scripts.intent import op_action, reason_of, step_intent
+from qvl_agent.scripts.literals import comment_text, docstring_text, lit
 from qvl_agent.secrets import PLACEHOLDER
 from qvl_agent.trace import write_private
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from qvl_agent.playwright.literals import lit
+from qvl_agent.scripts.literals import lit
 
 TEXT_INPUT_TYPES = {"", "text", "email", "password", "search", "tel", "url", "number"}
 # Inputs whose value has one canonical form that `fill` takes, whatever keys the run typed into them.

@@ -1,4 +1,4 @@
-"""The healing hook inside the sandbox (loaded by `sandbox_init.py` for `replay --heal`; qvl-agent never
+"""The healing hook inside the sandbox (loaded by `init_in_sandbox.py` for `replay --heal`; qvl-agent never
 imports it: inside the sandbox only the standard library, Playwright and this folder's `locate.py` exist).
 
 `install(socket_path, script_path, locate_path, probe_ms)` wraps Playwright's sync Locator actions (click,
@@ -494,7 +494,7 @@ def install(socket_path: str, script: str, locate_path: str, probe_ms: float) ->
 
 
 def main() -> None:
-    """python heal_hook.py SOCKET LOCATE_PY PROBE_MS SCRIPT [ARGS...]: run SCRIPT healed (outside a sandbox:
+    """python hook_in_sandbox.py SOCKET LOCATE_PY PROBE_MS SCRIPT [ARGS...]: run SCRIPT healed (outside a sandbox:
     tests, and `replay --heal` where the sandbox runs its init first)."""
     import runpy
 
@@ -507,7 +507,7 @@ def main() -> None:
 if __name__ == "__main__":
     main()
 
-if __name__ == "qvl_sandbox_hook":  # run by sandbox_init before the script (`replay --heal`)
+if __name__ == "qvl_sandbox_hook":  # run by init_in_sandbox before the script (`replay --heal`)
     with open("/sandbox/heal.json", encoding="utf-8") as _f:
         _config = json.load(_f)
     install(_config["socket"], _config["script"], _config["locate"], float(_config["probe_ms"]))
