@@ -26,6 +26,7 @@ import math
 import os
 import re
 import stat
+import struct
 import time
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -333,7 +334,7 @@ def _read(path: Path) -> tuple[dict, list[str]]:
                 raise IsADirectoryError
             if not stat.S_ISREG(kind):
                 why = "is not a regular file"
-            elif distrust := untrusted_reason(path, os.fstat(f.fileno())):
+            elif distrust := untrusted_reason(path, os.fstat(f.fileno()), f.fileno()):
                 raise ConfigError(distrust)
             elif len(raw := f.read(MAX_FILE_BYTES + 1)) > MAX_FILE_BYTES:
                 why = f"is larger than {MAX_FILE_BYTES >> 10} KB"
@@ -356,11 +357,12 @@ def _read(path: Path) -> tuple[dict, list[str]]:
     return {}, [f"The settings file {path} {why}; defaults are used until it is fixed or removed."]
 
 
-def untrusted_reason(path: Path, info: os.stat_result) -> str:
+def untrusted_reason(path: Path, info: os.stat_result, fd: int | None = None) -> str:
     """Why a settings file others can change must not be used (it can point the engine at a remote URL or
     switch the safety mode to auto), or "" when only its owner (or root) can change it. The token file's
     rule (`server/auth.py`), plus OpenSSH's for groups: group-writable is fine only for the person's own
-    private group."""
+    private group. A POSIX ACL (read from `fd`, else `path`) can give other users and groups write access
+    that the mode bits do not show (they show the ACL's mask): each of its entries is checked too."""
     if not hasattr(os, "getuid"):
         return ""  # Windows: no POSIX owner or mode bits to check
     if info.st_uid not in (os.getuid(), 0):
@@ -374,7 +376,39 @@ def untrusted_reason(path: Path, info: os.stat_result) -> str:
             f"The settings file {path} can be changed by other users (mode {mode:04o}), so it may not hold what "
             f"you chose; it is not used until only you can write it (chmod go-w {path})."
         )
+    if writers := acl_writers(path if fd is None else fd):
+        return (
+            f"The settings file {path} can be changed by {writers} through its access control list, so it may "
+            f"not hold what you chose; it is not used until only you can write it (setfacl -b {path})."
+        )
     return ""
+
+
+_ACL_XATTR = "system.posix_acl_access"
+_ACL_USER, _ACL_GROUP_OBJ, _ACL_GROUP, _ACL_MASK = 0x02, 0x04, 0x08, 0x10
+_ACL_WRITE = 0x02
+
+
+def acl_writers(target: Path | int) -> str:
+    """Who other than the owner may write `target` (a path or an open fd) through its POSIX ACL, in words
+    ("user 1001, group 27"), or "" (no ACL, or none that lets anyone else write). The kernel's format:
+    a u32 version, then (u16 tag, u16 permissions, u32 id) entries; named entries and the owning group
+    are limited by the mask."""
+    try:
+        raw = os.getxattr(target, _ACL_XATTR)
+    except (OSError, AttributeError):  # no ACL, a filesystem without them, or no xattrs on this platform
+        return ""
+    entries = [struct.unpack_from("<HHI", raw, at) for at in range(4, len(raw) - 7, 8)]
+    mask = next((perm for tag, perm, _ in entries if tag == _ACL_MASK), 0o7)
+    writers = []
+    for tag, perm, ident in entries:
+        if not perm & mask & _ACL_WRITE:
+            continue
+        if tag == _ACL_USER and ident not in (os.getuid(), 0):
+            writers.append(f"user {ident}")
+        elif tag == _ACL_GROUP and not _own_private_group(ident):
+            writers.append(f"group {ident}")
+    return ", ".join(writers)
 
 
 def _own_private_group(gid: int) -> bool:

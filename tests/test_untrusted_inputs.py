@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import struct
 
 import pytest
 
@@ -172,6 +173,33 @@ def test_a_group_writable_file_of_a_shared_group_is_refused_but_the_own_private_
     os.chown(path, os.getuid(), os.getgid())
     if config._own_private_group(os.getgid()):
         assert config.load(path, env={}).settings.model == "/models/mine"
+
+
+def _acl(*entries: tuple[int, int, int]) -> bytes:
+    """A POSIX access ACL as the kernel stores it: version 2, then (tag, permissions, id) entries."""
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+ANY = 0xFFFFFFFF  # the id field of entries that name no one (owner, owning group, mask, other)
+
+
+def test_a_settings_file_another_user_can_write_through_an_acl_is_not_used(home):
+    """The mode shows 0664 with the person's own private group, which alone would be trusted; the ACL
+    behind it lets user 12345 write the engine URL and the safety mode."""
+    path = settings_file(home, HOSTILE_ENGINE, 0o664)
+    os.chown(path, os.getuid(), os.getgid())
+    os.setxattr(path, "system.posix_acl_access",
+                _acl((0x01, 6, ANY), (0x02, 6, 12345), (0x04, 4, ANY), (0x10, 6, ANY), (0x20, 4, ANY)))  # fmt: skip
+    assert stat.S_IMODE(path.stat().st_mode) == 0o664
+    done = run_cli("trace", "list", env=home)
+    assert done.returncode == 2
+    assert f"The settings file {path} can be changed by user 12345 through its access control list" in done.stderr
+    assert f"setfacl -b {path}" in done.stderr
+    one_sentence_no_traceback(done.stderr)
+    # A mask without write takes the named user's write away again: then the file is the person's alone.
+    os.setxattr(path, "system.posix_acl_access",
+                _acl((0x01, 6, ANY), (0x02, 6, 12345), (0x04, 4, ANY), (0x10, 4, ANY), (0x20, 4, ANY)))  # fmt: skip
+    assert config.acl_writers(path) == ""
 
 
 def test_the_owners_own_0644_file_is_used(home):
