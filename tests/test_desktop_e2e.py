@@ -301,3 +301,27 @@ def test_bad_input_is_one_sentence_and_exit_2(x_display, tmp_path, args, message
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert "X11" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_under_a_region_a_scroll_or_drag_at_the_pointer_is_refused_and_the_window_outside_gets_nothing(app, tmp_path):
+    """`--region` confines every action: a scroll without a point or a drag without a start would act where
+    the pointer happens to be (here over the form, outside the region), so neither runs and the model is
+    told why; the form sees no wheel turn and no button press."""
+    x, y, w, h = app.widgets["name"]
+    subprocess.run(["xdotool", "mousemove", str(x + w // 2), str(y + h // 2)], check=True)
+    region = "0,0,300,200"  # the form sits at (400, 250) and beyond: outside
+    inside = list(to_model(150, 100, app.screen))
+    engine = replay(tmp_path, [
+        call(action="scroll", pixels=-5),
+        call(action="left_click_drag", coordinate=[round(v) for v in inside]),
+        call(action="terminate", status="failure"),
+    ])  # fmt: skip
+    out = run_cli("run", "--engine", engine, "--yes", "--region", region, "--trace-dir", str(tmp_path / "t"), "Go")
+    assert out.returncode == 1, out.stdout + out.stderr
+    steps = read_trace(tmp_path / "t").steps
+    errors = [s.get("error", "") for s in steps]
+    assert sum("wherever the pointer is" in e for e in errors) == 2, errors
+    assert "wherever the pointer is" in steps[1]["observation"]  # the model was told
+    assert not any(r["ok"] for s in steps for r in s["results"] if not r["action"].startswith("terminate"))
+    assert app.state()["pointer_events"] == {"wheel": 0, "press": 0}
+    assert pointer() == (x + w // 2, y + h // 2)  # the pointer never moved either

@@ -207,6 +207,13 @@ def terminal_confirm(
     return line.strip().lower() in ("y", "yes")
 
 
+def _acts_at_the_pointer(action: A.Action) -> bool:
+    """A scroll without a point or a drag without a start: it acts wherever the pointer is."""
+    if isinstance(action, A.Scroll | A.HScroll):
+        return action.x is None or action.y is None
+    return isinstance(action, A.LeftClickDrag) and (action.start_x is None or action.start_y is None)
+
+
 class Guard:
     """Checks every action before it runs: stop switch, confinement, and the person's yes in confirm mode."""
 
@@ -277,6 +284,12 @@ class Guard:
     def pixels(self, action: A.Action, shot: Screenshot) -> Pixels:
         """The physical pixels the action touches, refusing points off the screen or outside confinement."""
         pixels = [to_pixels(x, y, shot) for x, y in A.points(action)]
+        if self.confine is not None and _acts_at_the_pointer(action):
+            # Where the pointer happens to be is no point the guard can check: it may lie outside the region.
+            raise OffScreenError(
+                f"{A.describe(action)} would act wherever the pointer is, and this run may only act inside "
+                "its region; give the point to act at (`coordinate`, and `start_coordinate` for a drag)."
+            )
         if self.confine is not None:
             for (x, y), (px, py) in zip(A.points(action), pixels, strict=True):
                 if not self.confine.contains(px, py):

@@ -5,8 +5,9 @@
 Shows two text fields, a checkbox and two buttons, well away from the screen edges. Once the window is
 mapped and has stopped moving (the window manager may place it), it writes every widget's real global
 geometry in physical pixels to GEOMETRY.json. After every change it rewrites STATE.json (atomically) with
-what the fields hold, whether the box is ticked and what the buttons received, so a test can tell that
-every click and keystroke landed. It exits on SIGTERM or when the Quit button is clicked.
+what the fields hold, whether the box is ticked, what the buttons received and how many wheel turns and
+button presses reached any of its widgets, so a test can tell that every click and keystroke landed, and
+that nothing else did. It exits on SIGTERM or when the Quit button is clicked.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import signal
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, QTimer
+from PySide6.QtCore import QEvent, QObject, QPoint, QTimer
+from PySide6.QtGui import QWindow
 from PySide6.QtWidgets import QApplication, QCheckBox, QFormLayout, QLineEdit, QPushButton, QWidget
 
 
@@ -54,6 +56,14 @@ class Form(QWidget):
         self.setGeometry(400, 250, 640, 380)
         self._last_pos = None
         self._poll = QTimer(self, interval=100, timeout=self.report_geometry)
+        self.pointer_events = {"wheel": 0, "press": 0}
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        kind = {QEvent.Type.Wheel: "wheel", QEvent.Type.MouseButtonPress: "press"}.get(event.type())
+        if kind and isinstance(watched, QWindow):
+            self.pointer_events[kind] += 1  # each event from X reaches the window once, before any widget
+            self.save_state()
+        return False
 
     def on_submit(self) -> None:
         self.submitted.append({"name": self.name.text(), "email": self.email.text(), "agree": self.agree.isChecked()})
@@ -65,6 +75,7 @@ class Form(QWidget):
             "email": self.email.text(),
             "agree": self.agree.isChecked(),
             "submitted": self.submitted,
+            "pointer_events": self.pointer_events,
         }
 
     def save_state(self) -> None:
@@ -97,6 +108,7 @@ class Form(QWidget):
 def main() -> int:
     app = QApplication(sys.argv[:1])
     form = Form(Path(sys.argv[1]), Path(sys.argv[2]))
+    app.installEventFilter(form)
     form.save_state()
     form.show()
     form.raise_()
