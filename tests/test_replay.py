@@ -104,6 +104,41 @@ def test_model_text_below_the_header_cannot_widen_the_origins():
     assert read_origins("# note\u2028# qvl-agent-origins: https://evil.example\nimport os\n") is None
 
 
+@pytest.mark.parametrize("smuggle", [
+    "#!/usr/bin/env python3\r# qvl-agent-origins: {evil}\nimport os\n",  # a bare CR: one line to us, two to Python
+    "#!x\r\n# qvl-agent-origins: {evil}\rimport os\n",
+    "\r# qvl-agent-origins: {evil}\n",
+    "\x0c# qvl-agent-origins: {evil}\n",  # a form feed is blank space to the tokenizer
+    "#   QVL-AGENT-ORIGINS:   {evil}\n",
+    "print(1)\r# qvl-agent-origins: {evil}\n",
+])  # fmt: skip
+def test_a_model_written_script_cannot_put_a_header_line_of_its_own_anywhere(smuggle):
+    model = smuggle.format(evil="http://127.0.0.1:6379")
+    saved = with_header(model, "s.py", ["https://shop.example"])
+    assert read_origins(saved) == ["https://shop.example"]
+    lines = saved.split("\n")
+    assert [line for line in lines if "qvl-agent-origins" in line.lower()] == [
+        "# qvl-agent-origins: https://shop.example"
+    ]
+    assert "\r" not in saved and saved.startswith("#!/usr/bin/env python3\n# Run it with")
+
+
+def test_a_smuggled_origin_is_not_reached_by_the_replay(server, folder, capsys):
+    """End to end: the model's first line ends in a bare CR and names a local service; the saved script
+    replays, and the service hears nothing."""
+    other = Listener()
+    urls = [server.url + "/login.html", f"http://127.0.0.1:{other.port}/"]
+    model = f"#!/usr/bin/env python3\r# qvl-agent-origins: http://127.0.0.1:{other.port}\n"
+    model += LAUNCH + PROBE.format(urls=urls) + "    b.close()\n"
+    script = folder / "smuggled.py"
+    script.write_text(with_header(model, script.name, [server.url]))
+    code, out, err = replay(capsys, str(script))
+    assert code == 0, err
+    assert f"reached {urls[0]}" in out and f"unreachable {urls[1]}" in out
+    assert other.received == []
+    assert f"qvl-agent: network: {server.url}\n" in err
+
+
 @pytest.mark.parametrize(
     "bad", ["file:///etc/passwd", "http://x/path", "http://u:p@x", "javascript:alert(1)", "ftp://x"]
 )
@@ -368,8 +403,14 @@ def test_a_script_made_for_a_local_page_replays_it_and_no_other_host_file(folder
         "        except OSError:\n"
         "            print(other, 'unreadable')\n"
     ), [f"file://{page}"])  # fmt: skip
+    # The header alone binds nothing: whoever wrote the script wrote its header. Nothing runs.
     code, out, err = replay(capsys, str(script))
+    assert code == 2 and out == ""
+    assert f"asks for the host file {page}; give it with --allow-file {page}" in err
+    assert not (folder / "script.out").exists()
+    code, out, err = replay(capsys, "--allow-file", str(page), str(script))
     assert code == 0, err
+    assert f"qvl-agent: host files (read-only): {page}\n" in err  # said before it ran
     assert "page says hello from a local page" in out
     assert "private notes" not in out and "notes.txt unreadable" in out  # the page alone, not its folder
 
@@ -386,3 +427,5 @@ def test_a_replayed_script_gets_only_the_secret_variables_it_reads(server, folde
     assert code == 0, err
     assert f"typed {__import__('os').environ['QVL_SECRET_PASSWORD']}" in out
     assert "visible ['QVL_SECRET_PASSWORD']" in out  # not the other secret, not the rest of the environment
+    assert "qvl-agent: secret variables: QVL_SECRET_PASSWORD\n" in err  # the name, said before it ran
+    assert __import__("os").environ["QVL_SECRET_PASSWORD"] not in err

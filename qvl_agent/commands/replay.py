@@ -1,12 +1,14 @@
 """`qvl-agent replay`: run a saved Playwright script inside the sandbox.
 
-    qvl-agent replay [--allow-domain HOST]... [--url URL] [-o DIR] [--browser PATH] [--timeout SECONDS]
-                     [--heal [--engine SPEC] [--trace-dir DIR]] SCRIPT.py
+    qvl-agent replay [--allow-domain HOST]... [--allow-file PATH]... [--url URL] [-o DIR] [--browser PATH]
+                     [--timeout SECONDS] [--heal [--engine SPEC] [--trace-dir DIR]] SCRIPT.py
 
 The script (exported by `browse --export`, or written by `qvl-agent playwright`) runs in the same
 bubblewrap sandbox as `playwright --verify` (`playwright.replay`): network only to the origins its first
 lines name (`# qvl-agent-origins:`), plus each --allow-domain HOST and the origin of --url (passed on to
-the script as `--url URL`, as exported scripts take it); the files it writes go to a new folder (-o DIR,
+the script as `--url URL`, as exported scripts take it); host files only each --allow-file PATH (a local
+page the header names must be given so), read-only. Before it starts, what the script is given (network,
+host files, secret variables) is printed. The files it writes go to a new folder (-o DIR,
 which must not exist, else the first free of SCRIPT.out, SCRIPT.out-2, ...), never over an existing file
 and never a hidden, runnable or instruction file. Its output is shown; the exit status is the script's own
 (124 when the timeout ended it, 1 when a sandbox limit did), 2 on bad usage or no sandbox.
@@ -46,6 +48,10 @@ def register(sub) -> None:
         "--allow-domain", action="append", default=[], metavar="HOST",
         help="let the script reach HOST too (http and https; or give an origin like https://host:8443); repeatable",
     )  # fmt: skip
+    p.add_argument(
+        "--allow-file", action="append", default=[], metavar="PATH",
+        help="let the script read this host file (read-only), e.g. the local page its header names; repeatable",
+    )  # fmt: skip
     p.add_argument("--url", metavar="URL", help="start URL passed to the script as --url (its origin is allowed)")
     p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="end the run after this")
@@ -84,7 +90,8 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
         else:
             result = replay_script(
                 script, browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
-                memory_mb=settings.sandbox_memory_mb, secrets=os.environ,
+                memory_mb=settings.sandbox_memory_mb, secrets=os.environ, allow_files=args.allow_file,
+                before_start=_print_grant,
             )  # fmt: skip
     except BadOrigin as exc:
         raise UsageError(str(exc)) from None
@@ -123,6 +130,13 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
     return result.returncode if 0 <= result.returncode < 256 else 1
 
 
+def _print_grant(grant) -> None:
+    """What the script is about to be given, before it runs: the person sees it whatever the script does."""
+    for line in grant.lines():
+        print(f"qvl-agent: {printable(line)}", file=sys.stderr)
+    sys.stderr.flush()
+
+
 def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: str, output: Path | None):
     from qvl_agent.engine import open_engine
     from qvl_agent.grounding import point_or_click
@@ -134,7 +148,8 @@ def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: s
         return heal_replay(
             script, functools.partial(point_or_click, engine), engine_name=engine.name, trace_dir=trace_dir,
             browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
-            memory_mb=settings.sandbox_memory_mb, secrets=os.environ,
+            memory_mb=settings.sandbox_memory_mb, secrets=os.environ, allow_files=args.allow_file,
+            before_start=_print_grant,
         )  # fmt: skip
 
 

@@ -248,7 +248,8 @@ class ScreenTools:
         to the origins its header names, its files into a new folder of its own. With `heal`, a step whose
         locator broke is repaired by the model from a screenshot and the step's intent, and the healed
         script's text comes back. Returns {"exit_status", "output", "heals", "stopped", "healed_script",
-        "diff", "report", "folder"}."""
+        "diff", "report", "folder", "given"} ("given": what the script was given, network, host files and
+        secret variables, one line each; a local page its header names is never given here)."""
         from qvl_agent.act.netguard import local_target
         from qvl_agent.grounding import point_or_click
         from qvl_agent.playwright.chromium import find_browser
@@ -303,6 +304,7 @@ class ScreenTools:
         out["exit_status"] = result.returncode
         out["output"] = result.output
         out["folder"] = str(result.folder) if result.folder else ""
+        out["given"] = result.grant.lines() if result.grant else []  # network, host files, secret variables
         return out
 
     def _agent(self, executor, guard, trace: TraceWriter, max_steps: int, prompt: str):

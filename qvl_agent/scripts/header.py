@@ -9,9 +9,12 @@
 every script they save); `read_origins(source)` reads the origins back for `qvl-agent replay`, which lets
 the sandboxed script reach those origins and nothing else.
 
-Only the first `# qvl-agent-origins:` line of the script's leading comment block counts: the model's own
-text follows our header (or a hand-written script has none), so a second line further down, or one after
-the first line of code, cannot widen what the script may reach. An origin is `scheme://host[:port]`,
+Only the first `# qvl-agent-origins:` line of the script's leading comment block counts, and a script we
+save holds only ours: `with_header` splits the text it is given into lines exactly as Python's tokenizer
+does (`\r\n`, `\r`, `\n`, the one splitter this module reads with too), writes each as a `\n` line, and
+drops the text's own `#!` line and every comment line of it that names `qvl-agent-origins`, so nothing
+the model wrote can stand before, inside or after our header and be read as ours. A line further down, or
+one after the first line of code, cannot widen what the script may reach either. An origin is `scheme://host[:port]`,
 http or https only, checked both when written and when read; a script made for a local page names that
 one file instead (`file:///abs/path.html`), which replay shows inside read-only, alone.
 """
@@ -113,19 +116,32 @@ def render_header(filename: str, origins: list[str]) -> str:
     )
 
 
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # where Python's tokenizer ends a line (not at U+2028, \f or \v)
+SHEBANG = "#!/usr/bin/env python3"
+
+
+def _reads_as_ours(line: str) -> bool:
+    """A comment line that names our tag, however it is spelled around it: ours to write, never the text's."""
+    stripped = line.strip()
+    return stripped.startswith("#") and ORIGINS_TAG[2:].rstrip(":").lower() in stripped.lower()
+
+
 def with_header(source: str, filename: str, origins: list[str]) -> str:
-    """`source` with our header on top (after its `#!` line, when it has one)."""
-    header = render_header(filename, origins)
-    if source.startswith("#!"):
-        first, _, rest = source.partition("\n")
-        return f"{first}\n{header}{rest}"
-    return "#!/usr/bin/env python3\n" + header + source
+    """`source` (the model's or a run's text) under our `#!` line and header; see the module docstring.
+
+    Line breaks become `\n` (Python reads `\r` and `\r\n` as `\n` too, in strings as well), the text's
+    own `#!` line and any comment line naming our tag are left out."""
+    lines = LINE_BREAK.split(source)
+    if lines and lines[0].startswith("#!"):
+        lines = lines[1:]
+    body = "\n".join(line for line in lines if not _reads_as_ours(line))
+    return f"{SHEBANG}\n{render_header(filename, origins)}{body}"
 
 
 def read_origins(source: str) -> list[str] | None:
     """The origins named by the first `# qvl-agent-origins:` line of the leading comment block, or None when
     the script has no such line (a hand-written script). Origins that do not parse are left out."""
-    for line in re.split(r"\r\n|\r|\n", source):  # the lines Python's tokenizer sees (not U+2028)
+    for line in LINE_BREAK.split(source):  # the lines Python's tokenizer sees
         stripped = line.strip()
         if not stripped:
             continue

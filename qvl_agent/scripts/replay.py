@@ -6,10 +6,15 @@ in the same bubblewrap sandbox as verification (`bubblewrap.run_sandboxed`) with
 - **network** only to the origins its header names (`header.read_origins`), plus any the person adds
   (`allow`, from `--allow-domain`) and the origin of a `--url` passed through to the script; a script
   without our header (hand-written) gets none unless the person adds some;
+- **host files** only those the person gives (`allow_files`, from `--allow-file`, and a file:// `--url`),
+  read-only: a local page the header names is refused until the person gives it, since anyone who wrote
+  the script wrote its header too;
+- **secret variables** only the `QVL_SECRET_*` ones the script reads;
 - **files** it writes landing only in a NEW folder (`copy_back.keep_files`): never over an existing file,
   never a hidden, runnable or instruction file;
 - **exit status** its own (None when the timeout ended it).
 
+All three are the `Grant`, handed to `before_start` before the script starts (the command prints it).
 Nothing here parses flags or prints. `binds` and `init_hooks` pass straight to `run_sandboxed`, for
 features built on replay (a channel into the sandbox, a hook inside it).
 """
@@ -17,16 +22,33 @@ features built on replay (a channel into the sandbox, a hook inside it).
 from __future__ import annotations
 
 import ast
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from qvl_agent.errors import UsageError
 from qvl_agent.sandbox import bubblewrap, watchdog
 from qvl_agent.sandbox.bubblewrap import Bind
 from qvl_agent.sandbox.copy_back import keep_files
 from qvl_agent.scripts.header import BadOrigin, check_origin, origin_of, page_file, read_origins
 from qvl_agent.secrets import ENV_PREFIX
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a replayed script is given, said to the person before it starts."""
+
+    origins: list[str]  # the network it reaches
+    files: list[str]  # host files shown inside, read-only
+    secrets: list[str]  # the secret variables passed in (names, never values)
+
+    def lines(self) -> list[str]:
+        return [
+            "network: " + (" ".join(self.origins) or "none"),
+            "host files (read-only): " + (" ".join(self.files) or "none"),
+            "secret variables: " + (" ".join(self.secrets) or "none"),
+        ]
 
 
 @dataclass(frozen=True)
@@ -39,6 +61,7 @@ class ReplayResult:
     refused: list[str] = field(default_factory=list)  # files it wrote that were not kept
     limit: str = ""  # why the sandbox ended it early ("it ran more than ...")
     header: bool = True  # False: the script carried no origins line (hand-written)
+    grant: Grant | None = None
 
 
 def default_output(script: Path) -> Path:
@@ -85,6 +108,8 @@ def replay_script(
     binds: Sequence[Bind] = (),
     init_hooks: Sequence[Path] = (),
     secrets: Mapping[str, str] | None = None,
+    allow_files: Sequence[str] = (),
+    before_start: Callable[[Grant], None] | None = None,
 ) -> ReplayResult:
     """Run `script` sandboxed; its files go to a new folder: `output` (FileExistsError when it exists) or,
     by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
@@ -93,31 +118,45 @@ def replay_script(
     `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
     exported script types a secret from its variable, and only the variables it names go inside.
 
-    Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, FileExistsError
-    for an existing `output`, SandboxUnavailable when the sandbox cannot start."""
+    `allow_files` are host files the person gives the script (shown inside read-only, each alone); a local
+    page its header names must be among them.
+
+    Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, UsageError for a
+    header file the person did not give or a given path that is not a file, FileExistsError for an
+    existing `output`, SandboxUnavailable when the sandbox cannot start."""
     source = script.read_text(encoding="utf-8")
     if output is not None and (output.exists() or output.is_symlink()):
         raise FileExistsError(f"{output} already exists.")
+    files = _given_files(allow_files)
     recorded = read_origins(source)
     origins: list[str] = []
-    extra = list(binds)
-    for origin in recorded or []:  # a local page the script was made for is shown read-only, alone
+    for origin in recorded or []:
         path = page_file(origin)
         if path is None:
             origins.append(origin)
-        elif Path(path).is_file():
-            extra.append(Bind(path, path))
+        elif str(Path(path).resolve()) not in files:
+            raise UsageError(
+                f"The script's header asks for the host file {path}; give it with --allow-file {path} "
+                "if this script may read it."
+            )
     for host in allow:
         origins += allowed_origins(host)
     argv: list[str] = []
     if url is not None:
         target = urlsplit(url)
         if target.scheme == "file" and Path(target.path).is_file():
-            extra.append(Bind(target.path, target.path))
+            files.setdefault(str(Path(target.path).resolve()), target.path)
         else:
             origins.append(origin_of(url))
         argv = ["--url", url]
     origins = list(dict.fromkeys(origins))
+    env = secret_variables(source, secrets or {})
+    # Bound where the script names them (the path as given) and where they really are.
+    extra = [*binds, *(Bind(real, named) for real, named in files.items())]
+    extra += [Bind(real, real) for real, named in files.items() if real != named]
+    grant = Grant(origins, sorted(files), sorted(env))
+    if before_start is not None:
+        before_start(grant)
     result = bubblewrap.run_sandboxed(
         source,
         origins=origins,
@@ -127,10 +166,21 @@ def replay_script(
         memory_bytes=(memory_mb << 20) if memory_mb else watchdog.MEMORY_BYTES,
         binds=extra,
         init_hooks=init_hooks,
-        env=secret_variables(source, secrets or {}),
+        env=env,
     )
     kept = keep_files(result.files, output or default_output(script), numbered=output is None)
     return ReplayResult(
         result.returncode, result.output, origins, kept.folder, kept.written, kept.refused, result.limit,
-        header=recorded is not None,
+        header=recorded is not None, grant=grant,
     )  # fmt: skip
+
+
+def _given_files(paths: Sequence[str]) -> dict[str, str]:
+    """{real path: the path as given} of the files the person gives; UsageError for anything else."""
+    given: dict[str, str] = {}
+    for path in paths:
+        real = Path(path).resolve()
+        if not real.is_file():
+            raise UsageError(f"--allow-file wants a file that exists, not {path!r}.")
+        given[str(real)] = str(Path(path).absolute())
+    return given

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from qvl_agent.sandbox.bubblewrap import SCRIPT_INSIDE, Bind
 from qvl_agent.scripts.export.steps import python_locator
 from qvl_agent.scripts.heal import rewrite
 from qvl_agent.scripts.heal.service import Asker, Heal, HealService, model_point
-from qvl_agent.scripts.replay import ReplayResult, replay_script
+from qvl_agent.scripts.replay import Grant, ReplayResult, replay_script
 from qvl_agent.trace import TraceWriter
 
 HOOK = Path(__file__).with_name("hook_in_sandbox.py")
@@ -88,6 +88,8 @@ def heal_replay(
     url: str | None = None,
     memory_mb: int | None = None,
     secrets: Mapping[str, str] | None = None,
+    allow_files: Sequence[str] = (),
+    before_start: Callable[[Grant], None] | None = None,
 ) -> HealResult:
     """Replay `script` sandboxed, healing broken steps with the model behind `ask` (`engine_name` goes into
     the report); see the module docstring.
@@ -109,7 +111,7 @@ def heal_replay(
                 script, browser=browser, timeout_s=timeout_s, output=output, allow=allow, url=url, memory_mb=memory_mb,
                 secrets=secrets, binds=[Bind(str(sock), "/sandbox/heal.sock"), Bind(str(config), CONFIG_INSIDE),
                        Bind(str(LOCATE), "/sandbox/qvl_locate.py")],
-                init_hooks=[HOOK],
+                init_hooks=[HOOK], allow_files=allow_files, before_start=before_start,
             )  # fmt: skip
         finally:
             service.stop()
