@@ -145,6 +145,10 @@ class Agent:
         self.options = options or GenerationOptions(max_new_tokens=256)
         # Typed by the executor, never seen by the model, the trace or the events (`secrets.py`).
         self.secrets = secrets or Secrets()
+        # (step, action index) -> what each `type` typed, as the model wrote it: a secret where it typed a
+        # declared placeholder, its own words elsewhere. Kept in memory for the export, never written: the
+        # trace masks every secret's value wherever it shows, which a word equal to it would be.
+        self.typed: dict[tuple[int, int], list] = {}
         self.session: Session | None = None
         self.rebuilds = 0
         self._without_images: list[str] = []  # per turn of the run: its text once its screenshot is gone
@@ -399,6 +403,8 @@ class Agent:
                 result = ActionResult(result.ok, self.secrets.mask(result.message), self.secrets.mask(result.detail))
                 if self.executor.name == "dry-run":
                     self._would_do.append(describe_pixels(action, pixels))
+                if isinstance(action, A.Type):
+                    self.typed[step, len(record["results"])] = self.secrets.segments(action.text)
             record["results"].append(
                 {
                     "action": A.describe(action),

@@ -5,7 +5,8 @@ The person names a secret (`--secret PASSWORD`); its value comes from the enviro
 and writes it in a `type` action; `reveal_action` swaps the value in right before the executor types it,
 and `mask` turns the value back into the placeholder in everything that comes out of the executor (its
 messages, the details a trace and an exported script are built from, the page's final state). The
-exported script reads `os.environ["QVL_SECRET_PASSWORD"]` (`playwright.literals`).
+exported script reads `os.environ["QVL_SECRET_PASSWORD"]` where the model typed the
+placeholder, and nowhere else (`segments`, then `scripts.literals.typed_code`).
 
 A page passes a typed value on in many spellings: a form posts it form-encoded (`+` for a space), a GET
 form or a script puts it in a URL percent-encoded (each encoder escapes its own choice of characters),
@@ -30,6 +31,7 @@ from qvl_agent import actions as A
 from qvl_agent.errors import ActionError, UsageError
 
 PLACEHOLDER = re.compile(r"\{\{([A-Za-z_][A-Za-z0-9_]*)\}\}")
+SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 ENV_PREFIX = "QVL_SECRET_"
 
@@ -66,6 +68,23 @@ class Secrets:
             return self.values[name]
 
         return PLACEHOLDER.sub(value, text)
+
+    def segments(self, typed: str) -> list[list[str]]:
+        """What a `type` action typed, as the model wrote it: ["secret", NAME] for each placeholder of a
+        declared secret, ["text", TEXT] for everything else (an undeclared `{{X}}` included). The export
+        writes a secret read exactly there, and nowhere else (`scripts.literals.typed_code`)."""
+        out: list[list[str]] = []
+        at = 0
+        for match in PLACEHOLDER.finditer(typed):
+            if match.group(1) not in self.values:
+                continue
+            if match.start() > at:
+                out.append(["text", typed[at : match.start()]])
+            out.append(["secret", match.group(1)])
+            at = match.end()
+        if at < len(typed) or not out:
+            out.append(["text", typed[at:]])
+        return out
 
     def reveal_action(self, action: A.Action) -> A.Action:
         """The action the executor runs: a `type` with its placeholders filled in, anything else as it is."""

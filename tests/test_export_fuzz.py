@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 
 import pytest
 
 from qvl_agent.scripts.export.exporter import compile_run
 from qvl_agent.scripts.export.gate import PLAYWRIGHT_ATTRS, UnsafeScript, check_export
-from qvl_agent.secrets import PLACEHOLDER
+from qvl_agent.secrets import PLACEHOLDER, Secrets
 
 ORIGIN = "http://127.0.0.1:8000"
+DECLARED = Secrets({"PASSWORD": "pw", "A_1": "a1"})  # the run's --secret names; other `{{…}}` are text
 PIECES = [
     "\u2028", "\u2029", "\x85", "\x0c", "\x0b", "\x1c", "\x1e", "\r", "\n", "\r\n", "\x00", "\t", "\x1b[2J",
     "'", '"', '"""', "'''", "\\", "\\n", "\\u2028", "\\", "\ud800", "\udfff", "\ud83d", "\u202e", "\ufeff",
@@ -64,7 +66,8 @@ def random_run(rng: random.Random, units: int):
         )
         steps += [
             step("left_click", {"locator": field, "before": empty, "after": empty, "pixels": [[5, 5]]}),
-            step("type", {"locator": field, "before": empty, "after": {**empty, "value": typed}, "text": typed}),
+            {**step("type", {"locator": field, "before": empty, "after": {**empty, "value": typed}, "text": typed}),
+             "typed": DECLARED.segments(typed)},
             step("key", {"locator": other, "before": {"tag": "div"}, "after": None, "keys": rand_text(rng, 2)}),
             step("left_click", {"locator": {"kind": "role", "role": rand_text(rng, 2) or "button", "name": name},
                                 "before": {"tag": "button"}, "after": {"tag": "button"},
@@ -153,7 +156,8 @@ def test_ten_thousand_random_values_export_scripts_that_hold_only_the_calls_the_
                 assert isinstance(node.value, ast.Constant)
             else:
                 assert ast.dump(node) == fixed[i]
-        expected = [PLACEHOLDER.sub(lambda m: f"<QVL_SECRET_{m[1]}>", text) for text in typed]
+        secret = PLACEHOLDER.pattern.replace("[A-Za-z_][A-Za-z0-9_]*", "|".join(DECLARED.values))
+        expected = [re.sub(secret, lambda m: f"<QVL_SECRET_{m[1]}>", text) for text in typed]
         assert [value_of(n.args[0]) for n in fills] == expected  # typed exactly, secrets from the environment
         assert all("\n" not in note and "\u2028" not in note for note in compiled.unexpressed)
         # Every line of the file is one logical line as any tool splits it: nothing hides in a separator.

@@ -16,7 +16,7 @@ import pytest
 from qvl_agent import actions as A
 from qvl_agent.errors import ActionError, UsageError
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.scripts.literals import lit
+from qvl_agent.scripts.literals import UnsafeValue, lit, typed_code
 from qvl_agent.secrets import Secrets, read_secrets
 from qvl_agent.trace import read_trace
 from tests.conftest import run_cli
@@ -54,10 +54,75 @@ def test_values_come_from_the_environment_or_a_prompt_and_a_missing_one_is_one_s
         read_secrets(["my-pin"], {"QVL_SECRET_my-pin": "1"})
 
 
-def test_an_exported_literal_with_a_placeholder_reads_the_environment():
-    assert lit("{{PASSWORD}}") == 'os.environ["QVL_SECRET_PASSWORD"]'
-    assert lit("id {{USER}}!") == '("id " + os.environ["QVL_SECRET_USER"] + "!")'
-    assert lit("plain") == '"plain"' and lit("{{URL}}", secrets=False) == '"{{URL}}"'
+def test_only_a_typed_placeholder_of_a_declared_secret_reads_the_environment():
+    # Any recorded text is text, braces and all: a label, a page's value, a word the model typed.
+    assert lit("{{PASSWORD}}") == '"{{PASSWORD}}"' and lit("id {{USER}}!") == '"id {{USER}}!"'
+    declared = Secrets({"PASSWORD": "x", "USER": "y"})
+    assert typed_code(declared.segments("{{PASSWORD}}")) == 'os.environ["QVL_SECRET_PASSWORD"]'
+    assert typed_code(declared.segments("id {{USER}}!")) == '("id " + os.environ["QVL_SECRET_USER"] + "!")'
+    # A placeholder the run did not declare stays the text the model typed.
+    assert typed_code(Secrets({}).segments("{{PASSWORD}}")) == '"{{PASSWORD}}"'
+    assert typed_code(declared.segments("{{HOME}} {{PASSWORD}}")) == '("{{HOME}} " + os.environ["QVL_SECRET_PASSWORD"])'
+    # The record is structure, never searched: a value equal to the secret is not a secret read.
+    assert typed_code(Secrets({"PASSWORD": "demo"}).segments("demo")) == '"demo"'
+    with pytest.raises(UnsafeValue):
+        typed_code([["secret", 'X"]; import os; os.system("id"); ["']])
+
+
+def _replay_plainly(script, tmp_path, **secrets):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("QVL_SECRET_")}
+    env.update(QVL_BROWSER=find_browser(), **secrets)
+    return subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path
+    )
+
+
+def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path, server):
+    """README's demo/demo login: the model types `demo` as the user name and {{PASSWORD}} (also "demo")
+    as the password. The export reads the secret in the password field alone: replayed with another
+    password, the user name is still demo."""
+    url = server.url + "/login.html"
+    at = element_centres(url, ["#username", "#password", "button"])
+    replies = [
+        click_at(at["#username"]), call(action="type", text="demo"),
+        click_at(at["#password"]), call(action="type", text="{{PASSWORD}}"),
+        click_at(at["button"]), call(action="terminate", status="success"),
+    ]  # fmt: skip
+    script = tmp_path / "login.py"
+    result = _browse(tmp_path, url, replies, "--secret", "PASSWORD", "--export", str(script),
+                     env={"QVL_SECRET_PASSWORD": "demo"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert server.records("login") == [{"username": "demo", "password": "demo"}]
+    source = script.read_text()
+    assert source.count('.fill("demo")') == 1  # the user name, as the model typed it
+    assert source.count('.fill(os.environ["QVL_SECRET_PASSWORD"])') == 1  # the secret, where it typed {{PASSWORD}}
+    assert source.count("QVL_SECRET_PASSWORD") == 1
+    server.clear()
+    _replay_plainly(script, tmp_path, QVL_SECRET_PASSWORD="other-" + uuid.uuid4().hex[:6])
+    [record] = server.records("login")  # what the replay typed, read by the page
+    assert record["username"] == "demo" and record["password"].startswith("other-")
+
+
+def test_a_placeholder_the_run_did_not_declare_stays_text_and_reads_no_variable(tmp_path, server):
+    """Without --secret, `{{PASSWORD}}` typed by the model (say, because the page asked for it) is text:
+    the export types those characters, and a replay hands the page no variable of the person's."""
+    url = server.url + "/login.html"
+    at = element_centres(url, ["#username", "#password", "button"])
+    replies = [
+        click_at(at["#username"]), call(action="type", text="{{PASSWORD}}"),
+        click_at(at["#password"]), call(action="type", text="x {{HOME}}"),
+        click_at(at["button"]), call(action="terminate", status="success"),
+    ]  # fmt: skip
+    script = tmp_path / "asked.py"
+    result = _browse(tmp_path, url, replies, "--export", str(script))
+    assert result.returncode == 0, result.stderr
+    source = script.read_text()
+    assert "QVL_SECRET" not in source and "os.environ[" not in source
+    server.clear()
+    person = "person-" + uuid.uuid4().hex
+    replayed = _replay_plainly(script, tmp_path, QVL_SECRET_PASSWORD=person, QVL_SECRET_HOME=person)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert server.records("login") == [{"username": "{{PASSWORD}}", "password": "x {{HOME}}"}]
 
 
 def _browse(tmp_path, url, replies, *extra, env=None):

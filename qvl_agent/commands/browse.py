@@ -144,7 +144,8 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     print_report(trace_dir)
     if export is not None:
         if result.ok:
-            compiled = export_trace(trace_dir, export, replace=False)  # private (0600), never over a file
+            # private (0600), never over a file; secrets read where the model typed their placeholders
+            compiled = export_trace(trace_dir, export, replace=False, typed=agent.typed)
             print(f"qvl-agent: wrote {export}; replay it with: qvl-agent replay {export}", file=sys.stderr, flush=True)
             for note in compiled.unexpressed:
                 print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)

@@ -6,10 +6,13 @@ into code as text.
     A string is double-quoted, with `"` and `\\` escaped and every character that `str.isprintable`
     rejects written as its `repr` escape (line and paragraph separators, NEL, form feed, control and
     format characters, lone surrogates), so the literal is one physical line for any tool that splits
-    lines, and the source always encodes as UTF-8. A `{{NAME}}` placeholder becomes a read of
-    `os.environ["QVL_SECRET_NAME"]` (concatenated with the literal parts), built as an expression here,
-    so the script types the secret at replay time and its value never sits in the file; `secrets=False`
-    keeps placeholders as text (URLs, where a placeholder stands for a masked value).
+    lines, and the source always encodes as UTF-8. A `{{NAME}}` in a value is text like any other: a
+    page, a label or a typed word can hold those braces, and none of them becomes a read of the person's
+    variables.
+  - `typed_code(segments)` writes what one `type` action typed, from the run's own record of it: literal
+    text, and for each declared secret the model typed by its placeholder, a read of
+    `os.environ["QVL_SECRET_NAME"]` (the parts concatenated), so the script types the secret at replay
+    time and its value never sits in the file. Nothing here searches text for values or placeholders.
   - `comment_text` and `docstring_text` put run data into a `#` comment or the script's docstring, with
     the same escapes (and, for the docstring, no quote or backslash that could end it).
 
@@ -22,9 +25,9 @@ from __future__ import annotations
 import math
 
 from qvl_agent.errors import InputError
-from qvl_agent.secrets import PLACEHOLDER, env_name
+from qvl_agent.secrets import SECRET_NAME, env_name
 
-__all__ = ["UnsafeValue", "comment_text", "docstring_text", "env_read", "lit", "string_literal"]
+__all__ = ["UnsafeValue", "comment_text", "docstring_text", "env_read", "lit", "string_literal", "typed_code"]
 
 MAX_ABS_NUMBER = 10**15  # far beyond any CSS pixel, count or tab index; keeps repr short and exact
 
@@ -53,22 +56,26 @@ def string_literal(text: str) -> str:
 
 
 def env_read(name: str) -> str:
-    """The expression reading secret `name` at replay time (`name` as `secrets.PLACEHOLDER` matched it)."""
+    """The expression reading secret `name` at replay time (`name` a secret's name)."""
     return f"os.environ[{string_literal(env_name(name))}]"
 
 
-def _text(value: str, secrets: bool) -> str:
-    if not secrets or not PLACEHOLDER.search(value):
-        return string_literal(value)
+def typed_code(segments: list) -> str:
+    """The expression for typed text recorded as segments: ["text", TEXT] typed as it is, ["secret", NAME]
+    read from the secret's variable at replay time (`secrets.Secrets.segments` records them)."""
     parts: list[str] = []
-    at = 0
-    for match in PLACEHOLDER.finditer(value):
-        if match.start() > at:
-            parts.append(string_literal(value[at : match.start()]))
-        parts.append(env_read(match.group(1)))
-        at = match.end()
-    if at < len(value):
-        parts.append(string_literal(value[at:]))
+    for kind, value in segments:
+        if kind == "secret":
+            if not isinstance(value, str) or not SECRET_NAME.fullmatch(value):
+                raise UnsafeValue("A recorded secret name is not a name.")
+            parts.append(env_read(value))
+        elif kind == "text":
+            if value:
+                parts.append(string_literal(value))
+        else:
+            raise UnsafeValue(f"A recorded piece of typed text has an unknown kind: {comment_text(kind)}.")
+    if not parts:
+        return string_literal("")
     return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]
 
 
@@ -80,21 +87,21 @@ def _number(value: int | float) -> str:
     return repr(value)
 
 
-def lit(value, *, secrets: bool = True) -> str:
+def lit(value) -> str:
     """Python source for `value` (see the module docstring)."""
     if isinstance(value, str):
-        return _text(value, secrets)
+        return string_literal(value)
     if value is None or isinstance(value, bool):
         return repr(value)
     if isinstance(value, int | float):
         return _number(value)
     if isinstance(value, list | tuple):
-        items = ", ".join(lit(v, secrets=secrets) for v in value)
+        items = ", ".join(lit(v) for v in value)
         return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise UnsafeValue("A recorded mapping has a key that is not text.")
-        return "{" + ", ".join(f"{string_literal(k)}: {lit(v, secrets=secrets)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{string_literal(k)}: {lit(v)}" for k, v in value.items()) + "}"
     raise UnsafeValue(f"A recorded value cannot be written into a script: {type(value).__name__}.")
 
 

@@ -10,7 +10,10 @@ only checks that the exported steps produce and that Playwright can make on that
   - text that appeared after the last click: visible, its digits matching any digits (an order number or
     a time is made up anew on the replay);
   - nothing on an element whose step the script could not express (`lost`), and then no new-text checks
-    either, since what appeared may have come from that step.
+    either, since what appeared may have come from that step;
+  - a value that shows a secret (masked there as `{{NAME}}`): checked against the expression the script
+    filled it with (`filled`), which reads the secret where the run typed it; else not checked, and no
+    text that shows one is checked either.
 """
 
 from __future__ import annotations
@@ -20,25 +23,39 @@ from collections.abc import Callable
 
 from qvl_agent.scripts.export.steps import python_locator, q, target_key
 from qvl_agent.scripts.literals import comment_text, lit
+from qvl_agent.secrets import PLACEHOLDER
 
 FORM_TAGS = {"input", "textarea", "select"}
 
 
-def field_assertion(code: str, state: dict) -> str | None:
-    """The `expect` line for one element's final state, or None when there is nothing Playwright can check."""
+def _shows_secret(text) -> bool:
+    return bool(PLACEHOLDER.search(str(text)))
+
+
+def field_assertion(code: str, state: dict, filled: str | None = None) -> str | None:
+    """The `expect` line for one element's final state, or None when there is nothing Playwright can check.
+    `filled`: the expression the script filled the element with, for a value that shows a secret."""
     if "checked" in state:
         return f"expect({code}).{'to_be_checked' if state['checked'] else 'not_to_be_checked'}()"
     if state.get("multiple") and state.get("values") is not None:
         return f"expect({code}).to_have_values({lit(list(state['values']))})"
     if "value" not in state:
         return None
+    if _shows_secret(state["value"]):
+        if filled is None or state.get("editable") or state.get("tag") not in FORM_TAGS:
+            return f"# not checked: {comment_text(code)} (its value holds a secret)"
+        return f"expect({code}).to_have_value({filled})"
     if state.get("editable") or state.get("tag") not in FORM_TAGS:
         return f"expect({code}).to_have_text({q(state['value'])}, use_inner_text=True)"
     return f"expect({code}).to_have_value({q(state['value'])})"
 
 
 def end_state_assertions(
-    final: dict | None, last_url: str, url_expr: Callable[[str], str], lost: set[str] = frozenset()
+    final: dict | None,
+    last_url: str,
+    url_expr: Callable[[str], str],
+    lost: set[str] = frozenset(),
+    filled: dict[str, str] | None = None,
 ) -> list[str]:
     """The lines checking the recorded end state (comments included for what is deliberately not checked)."""
     final = final or {}
@@ -53,14 +70,14 @@ def end_state_assertions(
         if target_key(item["locator"]) in lost:
             lines.append(f"# not checked: {comment_text(code)} (its step is not replayed)")
             continue
-        line = field_assertion(code, item["state"])
+        line = field_assertion(code, item["state"], (filled or {}).get(target_key(item["locator"])))
         if line:
             lines.append(line)
     new_text = final.get("new_text", [])
     if new_text and lost:
         lines.append("# not checked: the text that appeared at the end (it may come from a step not replayed)")
     else:
-        lines.extend(text_check(text) for text in new_text)
+        lines.extend(text_check(text) for text in new_text if not _shows_secret(text))
     return lines
 
 

@@ -141,7 +141,7 @@ def _url_expr(url: str, origin: str) -> str:
     relative = bool(origin) and url.startswith(origin)
     rest = url[len(origin) :] if relative else url
     if not PLACEHOLDER.search(rest):
-        return f"origin + {lit(rest, secrets=False)}" if relative else lit(rest, secrets=False)
+        return f"origin + {lit(rest)}" if relative else lit(rest)
     without_fragment = rest.split("#", 1)[0]
     head, _, query = without_fragment.partition("?")
     pattern = _loose(head)
@@ -154,8 +154,8 @@ def _url_expr(url: str, origin: str) -> str:
     pattern += r"(#.*)?$"
     # The values are matched loosely (their encoding may differ); the path and names must be the run's.
     if relative:
-        return f're.compile("^" + re.escape(origin) + {lit(pattern, secrets=False)})'
-    return f"re.compile({lit('^' + pattern, secrets=False)})"
+        return f're.compile("^" + re.escape(origin) + {lit(pattern)})'
+    return f"re.compile({lit('^' + pattern)})"
 
 
 def _loose(text: str) -> str:
@@ -215,7 +215,7 @@ def compile_run(
         if url_before != last_url and compiler.ops:
             compiler.add(Op([f"expect(page).to_have_url({url_expr(url_before)})"]))
         last_url = url_before
-        compiler.step(n, step["kind"], detail, step.get("describe", step["kind"]))
+        compiler.step(n, step["kind"], detail, step.get("describe", step["kind"]), typed=step.get("typed"))
     if final is not None:  # the page the end state was read on (no "tab": the first)
         compiler.switch_tab(final.get("tab", 0), "the end state")
     final_fields = {target_key(item["locator"]): item["state"] for item in (final or {}).get("fields", [])}
@@ -227,7 +227,7 @@ def compile_run(
         if op.code and op.target in intents:
             lines.append(intent_comment(dict(intents[op.target], action=op_action(op.kind))))
         lines.extend(op.code)
-    checks = end_state_assertions(final, last_url, url_expr, compiler.lost)
+    checks = end_state_assertions(final, last_url, url_expr, compiler.lost, compiler.filled)
     if checks:
         lines.append("# the recorded end state")
         lines.extend(checks)
@@ -241,7 +241,7 @@ def compile_run(
         title=docstring_text(task[:80]),
         task=docstring_text(task),
         filename=docstring_text(filename),
-        start_url=lit(start_url, secrets=False),
+        start_url=lit(start_url),
         width=lit(int(viewport[0])),
         height=lit(int(viewport[1])),
         chromium_args=lit(SCRIPT_CHROMIUM_ARGS),
@@ -281,6 +281,8 @@ def _write_new(path: Path, text: str) -> None:
         fh.write(text)
 
 
+TypedRecord = dict[tuple[int, int], list]  # (step, action index) -> `Secrets.segments` of what it typed
+
 BROWSER_FILE = "browser.json"  # beside trace.jsonl: {"url", "viewport", "final"}, written by `qvl-agent browse`
 
 
@@ -290,9 +292,11 @@ def write_browser_info(trace_dir: str | Path, url: str, viewport: tuple[int, int
     write_private(Path(trace_dir) / BROWSER_FILE, json.dumps(info, ensure_ascii=False, indent=1))
 
 
-def steps_from_trace(trace) -> list[dict]:
+def steps_from_trace(trace, typed: TypedRecord | None = None) -> list[dict]:
     """The executed actions of a run, in order, from a `trace.Trace`: each {"step", "kind", "ok", "detail",
-    "describe"}. Results line up with the step's actions; a step whose reply failed has none."""
+    "describe"}, and "typed" where `typed` (the run's own record, `agent.Agent.typed`) holds what a `type`
+    action typed. Results line up with the step's actions; a step whose reply failed has none."""
+    typed = typed or {}
     steps = []
     for record in trace.steps:
         actions = record.get("actions") or []
@@ -307,13 +311,21 @@ def steps_from_trace(trace) -> list[dict]:
                     "detail": result.get("detail") or {},
                     "describe": result.get("action", ""),
                     "reason": reason_of(record.get("reply", "")),
+                    **({"typed": typed[record["step"], i]} if (record["step"], i) in typed else {}),
                 }
             )
     return steps
 
 
-def export_trace(trace_dir: str | Path, path: str | Path, *, replace: bool = True) -> Compiled:
-    """Compile the browser run recorded in `trace_dir` into the script `path` (see `export_run`)."""
+def export_trace(
+    trace_dir: str | Path, path: str | Path, *, replace: bool = True, typed: TypedRecord | None = None
+) -> Compiled:
+    """Compile the browser run recorded in `trace_dir` into the script `path` (see `export_run`).
+
+    `typed` is the run's own record of what each `type` action typed (`agent.Agent.typed`), kept in memory
+    because the trace masks every secret's value wherever it shows: with it, a secret is read where the
+    model typed its placeholder and only there, and the rest is typed as the model wrote it (a user name
+    that happens to equal the password stays a user name). Without it, typed text is what the trace shows."""
     from qvl_agent.errors import InputError
     from qvl_agent.trace import read_trace
 
@@ -325,7 +337,7 @@ def export_trace(trace_dir: str | Path, path: str | Path, *, replace: bool = Tru
         info = json.loads(info_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"{info_path} cannot be read ({exc}).") from None
-    steps = steps_from_trace(trace)
+    steps = steps_from_trace(trace, typed)
     viewport = tuple(info.get("viewport") or (1280, 800))
     task = trace.run.get("task", "")
     return export_run(path, info["url"], steps, info.get("final"), task=task, viewport=viewport, replace=replace)

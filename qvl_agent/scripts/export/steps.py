@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from qvl_agent.scripts.literals import lit
+from qvl_agent.scripts.literals import lit, typed_code
+from qvl_agent.secrets import PLACEHOLDER
 
 TEXT_INPUT_TYPES = {"", "text", "email", "password", "search", "tel", "url", "number"}
 # Inputs whose value has one canonical form that `fill` takes, whatever keys the run typed into them.
@@ -58,7 +59,7 @@ WHOLE_ROLES = {
 
 
 def q(text: str) -> str:
-    """A Python string literal (double quotes, as the rest of the script); `{{NAME}}` reads the secret."""
+    """A Python string literal (double quotes, as the rest of the script); a `{{NAME}}` in it stays text."""
     if not isinstance(text, str):
         return lit(str(text))
     return lit(text)
@@ -136,6 +137,7 @@ class StepCompiler:
     ops: list[Op] = field(default_factory=list)
     unexpressed: list[str] = field(default_factory=list)
     lost: set[str] = field(default_factory=set)
+    filled: dict[str, str] = field(default_factory=dict)  # target_key -> the expression its last fill wrote
     tab: int = 0  # the tab the steps act in now
     tabs_opened: int = 1
     uses_tabs: bool = False  # the replay keeps a `tabs` list
@@ -144,7 +146,9 @@ class StepCompiler:
     def add(self, op: Op) -> None:
         self.ops.append(op)
 
-    def step(self, n: int, kind: str, detail: dict, describe: str) -> None:
+    def step(self, n: int, kind: str, detail: dict, describe: str, typed: list | None = None) -> None:
+        """Add the ops of one step. `typed`: for a `type` step, the run's record of what it typed
+        (`Secrets.segments`), which decides where a secret is read; None: the text the trace shows."""
         locator = detail.get("locator")
         code = python_locator(locator) if locator else None
         before, after = detail.get("before"), detail.get("after")
@@ -152,7 +156,7 @@ class StepCompiler:
         if kind in POINTER_KINDS:
             self._pointer(kind, locator, code, before, after, detail, note)
         elif kind == "type":
-            self._type(detail.get("text", ""), locator, code, before, after, note)
+            self._type(detail.get("text", ""), locator, code, before, after, note, typed)
         elif kind == "key":
             self._key(detail.get("keys", ""), locator, code, before, after, note)
         elif kind in ("scroll", "hscroll"):
@@ -242,15 +246,17 @@ class StepCompiler:
 
     # --- keyboard ---------------------------------------------------------------------------------------
 
-    def _fill(self, locator, code, value: str, note: str) -> None:
+    def _fill(self, locator, code, value_code: str, note: str) -> None:
         target = target_key(locator)
         # Merge with the field's earlier click, select-all and typing: one `fill` with the value it ended with.
         while self.ops and self.ops[-1].target == target and self.ops[-1].kind in ("click-field", "fill", "select-all"):
             self.ops.pop()
-        self.add(Op([f"{code}.fill({q(value)})"], target, "fill", comment=note))
+        self.add(Op([f"{code}.fill({value_code})"], target, "fill", comment=note))
+        self.filled[target] = value_code
 
-    def _type(self, text, locator, code, before, after, note) -> None:
+    def _type(self, text, locator, code, before, after, note, typed=None) -> None:
         target = target_key(locator)
+        typed_expr = typed_code(typed) if typed is not None else q(text)
         if code and before and before.get("tag") == "select":
             self._select_keys(locator, code, before, after, note)
             return
@@ -259,18 +265,23 @@ class StepCompiler:
             rewritten = is_text_field(before) and after is not None and head not in (after.get("value") or "")
             if before.get("keys") or rewritten:
                 # The page listens to these keys (or rewrote what they typed): replay the keys themselves.
-                self.add(Op([f"{code}.press_sequentially({q(text)})"], target, "keys", comment=note))
+                self.add(Op([f"{code}.press_sequentially({typed_expr})"], target, "keys", comment=note))
             elif is_value_field(before):
                 if after and after.get("value"):
-                    self._fill(locator, code, after["value"], note)  # the ISO form `fill` takes
+                    self._fill(locator, code, q(after["value"]), note)  # the ISO form `fill` takes
                 else:  # incomplete or gone: type where the run typed (its click kept its point)
-                    self.add(Op([f"page.keyboard.type({q(text)})"], target, "keys", comment=note))
+                    self.add(Op([f"page.keyboard.type({typed_expr})"], target, "keys", comment=note))
             else:
                 submits = bool(newline) and before.get("tag") == "input"  # Enter in a textarea is just text
-                if after is not None:
-                    self._fill(locator, code, after.get("value", ""), note)
+                if typed is not None and _built_from_typing(typed, after):
+                    # The value the page read back shows a secret (masked), or the typing holds one: build
+                    # it from what was there before and what the run typed, never from masked text.
+                    kept = typed if after is not None else _head(typed)
+                    self._fill(locator, code, typed_code([["text", before.get("value") or ""], *kept]), note)
+                elif after is not None:
+                    self._fill(locator, code, q(after.get("value", "")), note)
                 else:  # the typing submitted the form: the field is gone, so rebuild the value it had
-                    self._fill(locator, code, (before.get("value") or "") + head, note)
+                    self._fill(locator, code, q((before.get("value") or "") + head), note)
                 if submits:
                     self.add(Op([f'{code}.press("Enter")'], target, "press", comment=note))
             return
@@ -278,7 +289,7 @@ class StepCompiler:
         # takes the focus a moment after its click would miss the text. The run typed once its element had
         # it (its locator is the focused element's), so the replay waits for that too.
         focus = [f"expect({code}).to_be_focused()"] if code else []
-        self.add(Op([*focus, f"page.keyboard.type({q(text)})"], comment=note))
+        self.add(Op([*focus, f"page.keyboard.type({typed_expr})"], comment=note))
 
     def _key(self, keys, locator, code, before, after, note) -> None:
         target = target_key(locator)
@@ -292,9 +303,13 @@ class StepCompiler:
             self.add(Op([f"{code}.{verb}()"], target, verb, comment=note))
             return
         fillable = is_text_field(before) or is_value_field(before)
+        # An edit becomes a fill of the value it left, unless that value shows a secret (masked): then the
+        # key itself is replayed, on the value the earlier steps typed.
+        shows_secret = after is not None and PLACEHOLDER.search(str(after.get("value") or ""))
         if code and fillable and not before.get("keys") and keys in EDITING_KEYS and after is not None:
-            self._fill(locator, code, after.get("value", ""), note)
-            return
+            if not shows_secret:
+                self._fill(locator, code, q(after.get("value", "")), note)
+                return
         if code:
             kind = "select-all" if fillable and keys in SELECT_ALL_KEYS and not before.get("keys") else "press"
             self.add(Op([f"{code}.press({q(keys)})"], target, kind, comment=note))
@@ -407,6 +422,24 @@ class StepCompiler:
         self.lost.add(target_key(locator))
         self.unexpressed.append(f"{note}: NOT REPLAYED: {why}")
         self.add(Op([], comment=f"!!! NOT REPLAYED: {note}: {why}; do this step by hand", kind="lost"))
+
+
+def _built_from_typing(typed: list, after: dict | None) -> bool:
+    """Whether a field's new value must come from the typing record: it typed a secret, or the value read
+    back from the page holds a placeholder (a secret's value, masked there wherever it appeared)."""
+    masked = after is not None and PLACEHOLDER.search(str(after.get("value") or ""))
+    return bool(masked) or any(kind == "secret" for kind, _ in typed)
+
+
+def _head(typed: list) -> list:
+    """The typing up to its first line break (what went into a field that Enter then submitted)."""
+    kept = []
+    for kind, value in typed:
+        if kind == "text" and "\n" in value:
+            kept.append(["text", value.partition("\n")[0]])
+            break
+        kept.append([kind, value])
+    return kept
 
 
 def _changed(before: dict | None, after: dict | None) -> bool:
