@@ -1,8 +1,12 @@
 """Shared fixtures: a private home for every test session, a virtual display with a tray-capable window
-manager, and the tiny Qwen3-VL. Under CI=true a skipped test counts as a failure."""
+manager, and the tiny Qwen3-VL. Under CI=true a skipped test counts as a failure.
+
+Under pytest-xdist (scripts/test runs one worker per core) each worker has a display of its own, so no two
+tests share a pointer, a keyboard focus or a tray; the tiny model is built once for all workers."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -63,6 +67,27 @@ def pytest_make_collect_report(collector):
         _fail_skip(report)
 
 
+_WORKER_DISPLAY: VirtualDisplay | None = None
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker starts its own display before it collects anything, and every process it
+    starts inherits it: tests that move the pointer or press hotkeys never meet another worker's."""
+    global _WORKER_DISPLAY
+    if os.environ.get("PYTEST_XDIST_WORKER") and _WORKER_DISPLAY is None:
+        ensure_runtime_dir()
+        _WORKER_DISPLAY = VirtualDisplay()
+        try:
+            os.environ["DISPLAY"] = _WORKER_DISPLAY.start()
+        except RuntimeError:
+            _WORKER_DISPLAY = None  # no Xvfb here: the display tests say so themselves (and fail under CI)
+
+
+def pytest_unconfigure(config):
+    if _WORKER_DISPLAY is not None:
+        _WORKER_DISPLAY.stop()
+
+
 @pytest.fixture(scope="session")
 def x_display():
     """DISPLAY of a live X server with jwm: the one scripts/test started, else a private one."""
@@ -86,8 +111,19 @@ def x_display():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A tiny random Qwen3-VL saved with save_pretrained, built once per test session."""
-    path = tmp_path_factory.mktemp("tiny") / "tiny-model"
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), str(path)], check=True, cwd=ROOT)
+    # The folder every worker of one run shares (pytest-xdist gives each worker a base temp inside it).
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    path = shared / "tiny-model"
+    with open(shared / "tiny-model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker builds it; the others wait and reuse it
+        built = shared / "tiny-model.built"
+        if not built.exists():
+            subprocess.run(
+                [sys.executable, str(ROOT / "scripts" / "make_tiny_model.py"), str(path)], check=True, cwd=ROOT
+            )
+            built.touch()
     return path
 
 

@@ -49,7 +49,9 @@ def test_the_sandbox_importing_what_it_confines_breaks_the_contracts(tmp_path):
     shutil.copytree(ROOT / "qvl_agent", tmp_path / "qvl_agent", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     net = tmp_path / "qvl_agent" / "sandbox" / "net.py"
-    net.write_text(net.read_text() + "\n\ndef _late():\n    import qvl_agent.scripts.header  # noqa\n    import playwright\n")
+    net.write_text(
+        net.read_text() + "\n\ndef _late():\n    import qvl_agent.scripts.header  # noqa\n    import playwright\n"
+    )
     out = lint(tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "qvl_agent.sandbox.net -> qvl_agent.scripts.header" in out.stdout
