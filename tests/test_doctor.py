@@ -35,6 +35,9 @@ def test_all_good_on_a_desktop_with_a_tray_and_a_local_model(x_display, tiny_mod
     assert f"X11 {x_display}" in out.stdout
     assert str(tiny_model_dir) in out.stdout
     assert "All checks passed." in out.stdout
+    # Which wall holds a sandbox's memory here: the test machines run as root with cgroup v1 mounted.
+    sandbox = next(line for line in lines if "script sandbox:" in line)
+    assert "memory and processes are limited by the kernel (a cgroup v" in sandbox, sandbox
 
 
 def test_without_a_display_or_a_model_each_problem_gets_a_fix(tmp_path, config_env):

@@ -242,7 +242,9 @@ def check_sandbox() -> Check:
 
     problem = bubblewrap_problem()
     if problem is None:
-        return Check("script sandbox", "ok", "bubblewrap starts sandboxes for playwright --verify")
+        from qvl_agent.sandbox.cgroup import enforcement
+
+        return Check("script sandbox", "ok", f"bubblewrap starts sandboxes for replay and --verify; {enforcement()}")
     level = "fail" if sys.platform.startswith("linux") else "note"
     return Check("script sandbox", level, f"{problem} playwright --verify refuses to run scripts without it.",
                  f"apt install {PACKAGE} (or your system's package of that name).")  # fmt: skip

@@ -19,13 +19,15 @@ model-written code without it unless the person names `--unsafe-verify`. What th
   capabilities dropped (only CAP_NET_BIND_SERVICE, scoped to the sandbox's own user and network
   namespaces, when an origin's port is below 1024). A seccomp filter (`seccomp.py`) lets no
   process make a user namespace again, so none makes a PID, mount or network namespace of its own either.
-- **Resources:** memory per process (RLIMIT_DATA: Chromium and V8 reserve tens of GB of address space
-  they never touch, so RLIMIT_AS would stop Chromium from starting), processes and threads (RLIMIT_NPROC,
-  counted inside the sandbox's user namespace; the kernel exempts root), bytes per file written
-  (RLIMIT_FSIZE, which also caps each memfd), no core files. Output goes to a file capped by that limit,
-  never into a pipe to this process: only its last bytes are read back. What no kernel limit holds here
-  (processes when run as root, the memory of all processes together with shared memory and the tmpfs
-  folders, the number of files) `watchdog.Watchdog` checks from outside, ending the run past a limit.
+- **Resources:** where a cgroup can be made (`cgroup.py`), the kernel holds the memory of all the run's
+  processes together (shared memory, memfds in flight, socket buffers and tmpfs files included) and the
+  number of its processes and threads, root's too. Besides: memory per process (RLIMIT_DATA: Chromium
+  and V8 reserve tens of GB of address space they never touch, so RLIMIT_AS would stop Chromium from
+  starting), processes and threads (RLIMIT_NPROC, counted inside the sandbox's user namespace; the kernel
+  exempts root), bytes per file written (RLIMIT_FSIZE, which also caps each memfd), no core files. Output
+  goes to a file capped by that limit, never into a pipe to this process: only its last bytes are read
+  back. `watchdog.Watchdog` checks from outside what no kernel limit holds (the number of files) and,
+  where no cgroup can be made, the memory and processes of the whole run too, ending it past a limit.
 - **Network:** a new network namespace whose only interface is its own loopback. Each origin the script
   may reach names a host; inside, /etc/hosts maps that host to a loopback address of its own and
   `init_in_sandbox.py` listens on its port there, handing each connection to a unix socket bound in from
@@ -42,6 +44,7 @@ model-written code without it unless the person names `--unsafe-verify`. What th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -58,6 +61,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent.errors import SandboxUnavailable
+from qvl_agent.sandbox.cgroup import Cgroup
 from qvl_agent.sandbox.files_out import FileReceiver
 from qvl_agent.sandbox.net import Forwarder, inside_addresses, port_of
 from qvl_agent.sandbox.seccomp import filter_program
@@ -282,13 +286,19 @@ def run_sandboxed(
         seccomp = _seccomp_fd()
         command[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp)]
         receiver = FileReceiver(files_read, COPY_BYTES)
+        # The kernel's limits where a cgroup can be made: bubblewrap enters it before it starts anything.
+        group = Cgroup.make(memory_bytes, PROCESSES)
         started = time.monotonic()
         try:
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
                     command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                    pass_fds=(info_write, files_write, seccomp),
+                    pass_fds=(info_write, files_write, seccomp), preexec_fn=group.enter if group else None,
                 )  # fmt: skip
+        except BaseException:
+            if group is not None:
+                group.remove()
+            raise
         finally:
             for fd in (info_write, files_write, seccomp):
                 os.close(fd)
@@ -309,11 +319,20 @@ def run_sandboxed(
             watchdog.stop()
             for forwarder in forwarders:
                 forwarder.stop()
-        if returncode is None or watchdog.reason:
+        limit = watchdog.reason
+        if group is not None:
+            if not limit and group.killed_for_memory():
+                limit = f"its processes used more than {memory_bytes >> 20} MB of memory together"
+            if limit:
+                with contextlib.suppress(ProcessLookupError):  # whatever is left goes with bubblewrap
+                    os.killpg(proc.pid, signal.SIGKILL)
+        if returncode is None or limit:
             _wait_for_namespace_end(watchdog.child_pid)
+        if group is not None:
+            group.remove()
         files = receiver.result(wait_s=10)
         seconds = time.monotonic() - started
-        return SandboxResult(returncode, read_tail(log_path), files, seconds, watchdog.reason)
+        return SandboxResult(returncode, read_tail(log_path), files, seconds, limit)
     finally:
         for forwarder in forwarders:
             forwarder.stop()

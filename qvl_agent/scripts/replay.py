@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from qvl_agent.errors import UsageError
 from qvl_agent.sandbox import bubblewrap, watchdog
 from qvl_agent.sandbox.bubblewrap import Bind
+from qvl_agent.sandbox.cgroup import enforcement
 from qvl_agent.sandbox.copy_back import keep_files
 from qvl_agent.scripts.header import BadOrigin, check_origin, origin_of, page_file, read_origins
 from qvl_agent.secrets import ENV_PREFIX
@@ -42,9 +43,11 @@ class Grant:
     origins: list[str]  # the network it reaches
     files: list[str]  # host files shown inside, read-only
     secrets: list[str]  # the secret variables passed in (names, never values)
+    limits: str = ""  # what holds its memory and processes (`cgroup.enforcement`)
 
     def lines(self) -> list[str]:
         return [
+            *([f"limits: {self.limits}"] if self.limits else []),
             "network: " + (" ".join(self.origins) or "none"),
             "host files (read-only): " + (" ".join(self.files) or "none"),
             "secret variables: " + (" ".join(self.secrets) or "none"),
@@ -154,7 +157,9 @@ def replay_script(
     # Bound where the script names them (the path as given) and where they really are.
     extra = [*binds, *(Bind(real, named) for real, named in files.items())]
     extra += [Bind(real, real) for real, named in files.items() if real != named]
-    grant = Grant(origins, sorted(files), sorted(env))
+    memory_bytes = (memory_mb << 20) if memory_mb else watchdog.MEMORY_BYTES
+    limits = f"{memory_bytes >> 20} MB of memory; {enforcement(memory_bytes, watchdog.TASKS)}"
+    grant = Grant(origins, sorted(files), sorted(env), limits)
     if before_start is not None:
         before_start(grant)
     result = bubblewrap.run_sandboxed(
@@ -163,7 +168,7 @@ def replay_script(
         browser=browser,
         timeout_s=timeout_s,
         argv=argv,
-        memory_bytes=(memory_mb << 20) if memory_mb else watchdog.MEMORY_BYTES,
+        memory_bytes=memory_bytes,
         binds=extra,
         init_hooks=init_hooks,
         env=env,
