@@ -63,6 +63,7 @@ from urllib.parse import urlsplit
 from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.sandbox.cgroup import Cgroup
 from qvl_agent.sandbox.files_out import FileReceiver
+from qvl_agent.sandbox.launch import can_size_entries, launcher
 from qvl_agent.sandbox.net import Forwarder, inside_addresses, port_of
 from qvl_agent.sandbox.seccomp import filter_program
 from qvl_agent.sandbox.watchdog import Watchdog, remove_tree
@@ -229,6 +230,17 @@ def run_sandboxed(
             "files_fd": files_write,
             "copy_bytes": COPY_BYTES,
         }
+        # The writable folders: tmpfs sized in bytes, and in entries too where we can mount them (`launch`).
+        tmpfs: dict[Path, int] = {}  # host folder -> bytes, mounted before bubblewrap starts
+        tmpfs_args: list[str] = []
+        for inside, size in (("/tmp", TMPFS_BYTES), ("/dev/shm", TMPFS_BYTES), ("/scratch", SCRATCH_BYTES)):
+            if can_size_entries():
+                folder = work_dir / ("mount-" + inside.rsplit("/", 1)[1])
+                folder.mkdir()
+                tmpfs[folder] = size
+                tmpfs_args += ["--bind", str(folder), inside]
+            else:
+                tmpfs_args += ["--size", str(size), "--tmpfs", inside]
         command = [
             shutil.which("bwrap") or "bwrap",
             *_system_binds(),
@@ -246,9 +258,7 @@ def run_sandboxed(
             "/proc",
             "--dev",
             "/dev",
-            *_sized_tmpfs("/tmp", TMPFS_BYTES),
-            *_sized_tmpfs("/dev/shm", TMPFS_BYTES),
-            *_sized_tmpfs("/scratch", SCRATCH_BYTES),
+            *tmpfs_args,
             # After the tmpfs mounts, which would otherwise hide a Python, browser or page under /tmp.
             *_python_and_browser_binds(browser),
             *extra,
@@ -286,14 +296,15 @@ def run_sandboxed(
         seccomp = _seccomp_fd()
         command[1:1] = ["--info-fd", str(info_write), "--seccomp", str(seccomp)]
         receiver = FileReceiver(files_read, COPY_BYTES)
-        # The kernel's limits where a cgroup can be made: bubblewrap enters it before it starts anything.
+        # The kernel's limits where a cgroup can be made: bubblewrap is born in it (`launch`).
         group = Cgroup.make(memory_bytes, PROCESSES)
         started = time.monotonic()
         try:
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                    pass_fds=(info_write, files_write, seccomp), preexec_fn=group.enter if group else None,
+                    [*launcher(group.procs_files() if group else [], tmpfs), *command], env=env,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                    pass_fds=(info_write, files_write, seccomp),
                 )  # fmt: skip
         except BaseException:
             if group is not None:
@@ -303,7 +314,7 @@ def run_sandboxed(
             for fd in (info_write, files_write, seccomp):
                 os.close(fd)
         receiver.start()
-        watchdog = Watchdog(proc, info_read, memory_bytes=memory_bytes)
+        watchdog = Watchdog(proc, info_read, memory_bytes=memory_bytes, count_files=not tmpfs)
         watchdog.start()
         for forwarder in forwarders:
             forwarder.start()
@@ -339,10 +350,6 @@ def run_sandboxed(
         remove_tree(work_dir)
 
 
-def _sized_tmpfs(path: str, size: int) -> list[str]:
-    return ["--size", str(size), "--tmpfs", path]
-
-
 def _wait_for_namespace_end(pid: int | None, limit_s: float = 10.0) -> None:
     """Wait until the sandbox's first process `pid` has exited. It dies with bubblewrap (--die-with-parent),
     and the kernel lets the first process of a PID namespace finish exiting only once every other process in
@@ -374,8 +381,10 @@ def _system_binds() -> list[str]:
 def _python_and_browser_binds(browser: str) -> list[str]:
     """Read-only binds for this Python (its installation and its environment's packages, Playwright's
     driver among them) and the browser's folder, where they lie outside /usr."""
-    packages = {Path(sysconfig.get_path(name)).resolve() for name in ("purelib", "platlib")}
-    wanted = {Path(sys.base_prefix), Path(sys.prefix), *packages}
+    # The environment's package folders, and those a .pth file adds (a venv that borrows its parent's).
+    packages = [sysconfig.get_path(name) for name in ("purelib", "platlib")]
+    packages += [entry for entry in sys.path if Path(entry).name in ("site-packages", "dist-packages")]
+    wanted = {Path(sys.base_prefix), Path(sys.prefix), *(Path(folder).resolve() for folder in packages)}
     resolved = Path(browser).resolve()
     wanted.add(resolved.parent)
     binds: list[str] = []

@@ -110,11 +110,9 @@ class Cgroup:
             return None
         return made
 
-    def enter(self) -> None:
-        """Move the calling process into the cgroup (the sandbox's first process calls it before exec, so
-        everything it starts is born inside)."""
-        for folder in self.folders:
-            _write(folder / "cgroup.procs", str(os.getpid()))
+    def procs_files(self) -> list[Path]:
+        """The files a process writes its pid to, to move into the cgroup (`launch.launcher` does it)."""
+        return [folder / "cgroup.procs" for folder in self.folders]
 
     def killed_for_memory(self) -> bool:
         """Whether the kernel killed a process of the run for passing the memory limit."""
