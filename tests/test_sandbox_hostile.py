@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from qvl_agent.playwright.chromium import find_browser
-from qvl_agent.sandbox import bubblewrap
+from qvl_agent.sandbox import bubblewrap, files_out
 from qvl_agent.sandbox.launch import can_size_entries
 from qvl_agent.scripts.write.writer import keep_files, verify_script
 from tests.pages.server import PageServer
@@ -144,6 +144,29 @@ def test_the_browser_cannot_open_local_files_either(server, canary):
     result = run(script, server)
     assert result.returncode == 0, result.output
     assert canary.read_text() not in result.output and "root:x:0:0" not in result.output
+
+
+def test_records_a_script_writes_into_the_copy_back_pipe_itself_are_capped(server, tmp_path):
+    """The script runs in the process that holds the copy-back pipe: it finds the pipe and writes 30,000
+    records of its own. No more files than the scratch folder may hold come out, and none lands beside
+    the person's files."""
+    script = HEADER + (
+        "import stat\n"
+        "for fd in range(3, 256):\n"
+        "    try:\n"
+        "        if not stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "            continue\n"
+        "        for n in range(30000):\n"
+        "            name = f'forged{n}.txt'.encode()\n"
+        "            os.write(fd, b'F' + len(name).to_bytes(4, 'big') + name + (1).to_bytes(8, 'big') + b'x')\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    result = run(script, server)
+    assert 0 < len(result.files) <= files_out.MAX_FILES  # the forged records arrived, and were capped
+    kept = keep_files(result.files, tmp_path / "out", numbered=False)
+    assert len(kept.written) <= files_out.MAX_FILES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_files_written_with_hidden_or_existing_names_are_not_copied_over_the_persons_files(tmp_path):

@@ -7,9 +7,10 @@ sends the regular files under it through a pipe as records:
     b"F" | name length (4 bytes, big-endian) | name (the path under the scratch folder) | size (8 bytes) | data
 
 `FileReceiver` drains the pipe on a thread (so the sender never blocks), keeps at most `limit` bytes of
-file data, and parses the records afterwards. Everything in the stream came from the script: names are
-returned as text and checked by whoever writes them anywhere (`copy_back.keep_files`); a malformed or cut
-record ends the list.
+file data, and parses the records afterwards, at most `MAX_FILES` of them. Everything in the stream came
+from the script (it runs in the process that holds the pipe, and can write records of its own), so the
+caps are here, where it cannot reach: names are returned as text and checked by whoever writes them
+anywhere (`copy_back.keep_files`); a malformed or cut record ends the list.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from __future__ import annotations
 import os
 import threading
 
+from qvl_agent.sandbox.watchdog import ENTRIES
+
 RECORD = b"F"
 NAME_BYTES = 4096  # the longest name accepted (PATH_MAX)
+MAX_FILES = ENTRIES  # no more files come out than the scratch folder may hold
 
 
 class FileReceiver:
@@ -53,10 +57,10 @@ class FileReceiver:
 
 
 def parse_files(data: bytes) -> dict[str, bytes]:
-    """The complete records of `data`, in order: {name: content}."""
+    """The complete records of `data`, in order, at most MAX_FILES of them: {name: content}."""
     files: dict[str, bytes] = {}
     at = 0
-    while at < len(data):
+    while at < len(data) and len(files) < MAX_FILES:
         if data[at : at + 1] != RECORD or at + 5 > len(data):
             break
         size_name = int.from_bytes(data[at + 1 : at + 5], "big")
