@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import io
 import statistics
 import time
@@ -48,6 +49,14 @@ def question(text, color):
             {"type": "text", "text": text},
         ],
     }
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e-9])
+def test_a_temperature_that_rounds_to_greedy_is_greedy_not_a_500(server, tiny_model_dir, temperature):
+    client = openai.OpenAI(base_url=server + "/v1", api_key=TOKEN)
+    messages = [question("What is on this screen?", (20, 120, 200))]
+    ask = functools.partial(client.chat.completions.create, model=str(tiny_model_dir), messages=messages, max_tokens=8)
+    assert ask(temperature=temperature).choices[0].message.content == ask(temperature=0).choices[0].message.content
 
 
 def test_openai_client_streaming_and_not_with_an_image(server, tiny_model_dir):

@@ -65,6 +65,9 @@ class Turn:
     reply: str
 
 
+GREEDY_BELOW = 1e-4  # a temperature under this samples the top token anyway (a gap of 0.01 becomes e^100)
+
+
 @dataclass(frozen=True)
 class GenerationOptions:
     max_new_tokens: int = 512
@@ -77,6 +80,12 @@ class GenerationOptions:
     # Benchmarks force a reply (random weights never write a tool call) to time how it decodes: token i
     # is force_ids[i] instead of the model's choice. Nobody else should need this.
     force_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A temperature this small picks the top token every time, but dividing logits by it overflows to
+        # inf and the probabilities to NaN: it is greedy, said the one way the decoders all read.
+        if self.temperature < GREEDY_BELOW:
+            object.__setattr__(self, "temperature", 0.0)
 
     @classmethod
     def sampling(cls, **overrides) -> GenerationOptions:
@@ -93,7 +102,7 @@ SAMPLING_RECIPE = {"top_p": 0.8, "top_k": 20, "presence_penalty": 1.5}
 
 def sampling_defaults(temperature: float) -> dict:
     """The model card's top_p/top_k/presence_penalty when `temperature` samples; the greedy no-ops otherwise."""
-    if temperature > 0:
+    if temperature >= GREEDY_BELOW:
         return dict(SAMPLING_RECIPE)
     return {"top_p": 1.0, "top_k": 0, "presence_penalty": 0.0}
 
