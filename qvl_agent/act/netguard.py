@@ -17,8 +17,9 @@ a hop that still carries a secret (a 307/308 re-post, a URL holding it) is fetch
 each hop checked, and the browser gets the final answer. Refusals are kept in `blocked` as sentences for
 the model's next observation; a refused request is aborted as "blocked by client".
 
-Not covered: WebSocket and WebRTC traffic, DNS lookups (a prefetch of a name), a host name that resolves
-to a local address.
+Not covered here: WebSocket and WebRTC traffic, DNS lookups (a prefetch of a name), a host name that
+resolves to a local address. This guard recognises; with a secret declared, the wall is below the page:
+the whole browser runs behind `confine.HostProxy`, which connects the allowed hosts and nothing else.
 """
 
 from __future__ import annotations
