@@ -23,6 +23,22 @@ def display_works(display: str) -> bool:
     return subprocess.run(["xdpyinfo"], env=env, capture_output=True, timeout=10).returncode == 0
 
 
+def tray_ready(display: str) -> bool:
+    """Whether a system tray owns the display's tray selection (jwm takes it once it has started): a tray
+    app started before that would find no tray, however long a fixed sleep waited on a loaded machine."""
+    from Xlib import display as xdisplay
+    from Xlib.error import DisplayError
+
+    try:
+        conn = xdisplay.Display(display)
+    except DisplayError:
+        return False
+    try:
+        return conn.get_selection_owner(conn.intern_atom("_NET_SYSTEM_TRAY_S0")) != 0
+    finally:
+        conn.close()
+
+
 class VirtualDisplay:
     """Xvfb at 1920x1080x24 plus jwm; `stop()` ends both."""
 
@@ -62,13 +78,12 @@ class VirtualDisplay:
         self.procs.append(
             subprocess.Popen(["jwm", "-f", str(JWMRC)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         )
-        deadline = time.monotonic() + 15
-        while not display_works(self.display):
+        deadline = time.monotonic() + 30
+        while not (display_works(self.display) and tray_ready(self.display)):
             if time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"The virtual display {self.display} did not come up.")
+                raise RuntimeError(f"The virtual display {self.display} did not come up with jwm's tray.")
             time.sleep(0.1)
-        time.sleep(0.3)  # let jwm take the root window and map its tray
         return self.display
 
     def stop(self) -> None:
