@@ -18,6 +18,7 @@ such as Qt widgets).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import os
@@ -104,6 +105,19 @@ class Screenshot:
             cached = h.hexdigest()
             object.__setattr__(self, "_content_hash", cached)
         return cached
+
+    def scoped(self, scope: str) -> Screenshot:
+        """The same pixels under a content hash of their own for `scope` (a server's user and cache salt):
+        every cache keyed by the hash (vision features, pooled sessions) keeps scopes apart, so one user
+        cannot learn from a cache hit that another sent the same image. The empty scope is this one."""
+        if not scope:
+            return self
+        copy = dataclasses.replace(self)
+        h = xxhash.xxh3_128()
+        h.update(f"scope:{len(scope)}:{scope}:".encode("utf-8", "surrogatepass"))
+        h.update(self.content_hash.encode())
+        object.__setattr__(copy, "_content_hash", h.hexdigest())
+        return copy
 
     def to_pil(self):
         from PIL import Image

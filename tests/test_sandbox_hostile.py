@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from qvl_agent.errors import SandboxUnavailable
 from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.sandbox import bubblewrap, files_out
 from qvl_agent.sandbox.launch import can_size_entries
@@ -689,3 +690,46 @@ def test_memory_no_process_holds_is_stopped_at_the_limit(server, hog):
     held = [int(n) for n in re.findall(r"^held (\d+)$", result.output, re.M)]
     assert max(held, default=0) <= LIMIT_MB * 1.25, result.output[-500:]
     assert "of memory together" in result.limit, (result.limit, result.output[-500:])
+
+
+def test_many_connections_and_origins_cost_the_host_no_thread_each(server):
+    """300 connections held open through the forwarder: this process gains no thread per connection, the
+    sandbox gets at most `net.MAX_CONNECTIONS` of them at once, and a script may name at most
+    `net.MAX_ORIGINS` origins."""
+    from qvl_agent.sandbox import net
+
+    script = HEADER + (
+        "import time\n"
+        f"port = {int(server.url.rsplit(':', 1)[1])}\n"
+        "held = []\n"
+        "for n in range(300):\n"
+        "    try:\n"
+        "        s = socket.create_connection(('127.0.0.1', port), timeout=2)\n"
+        "        s.sendall(b'GET /login.html HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+        "        held.append(s)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "time.sleep(3)\n"
+        "answered = sum(1 for s in held if s.recv(12).startswith(b'HTTP/1'))\n"
+        "print('answered', answered, flush=True)\n"
+    )
+    before, most = threading.active_count(), [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            most[0] = max(most[0], threading.active_count())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        result = run(script, server, timeout_s=60)
+    finally:
+        done.set()
+        sampler.join()
+    answered = int(re.search(r"answered (\d+)", result.output)[1])
+    assert 0 < answered <= net.MAX_CONNECTIONS, result.output[-300:]
+    assert most[0] - before <= 8  # the watchdog, the files reader, the forwarder, the sampler: not 600
+    origins = [f"http://127.0.0.{n}:{8000 + n}" for n in range(1, net.MAX_ORIGINS + 2)]
+    with pytest.raises(SandboxUnavailable, match=f"at most {net.MAX_ORIGINS} origins"):
+        bubblewrap.run_sandboxed("print(1)", origins=origins, browser=BROWSER, timeout_s=10)

@@ -314,3 +314,27 @@ def test_shutdown_with_a_queue_does_not_hang():
             t.start()
         time.sleep(0.1)
     assert not server.thread.is_alive()
+
+
+def test_a_cache_salt_or_another_user_shares_no_session_with_a_conversation():
+    """vLLM's cache_salt, and `serve --tokens-file`'s users: a client cannot confirm a guess of someone
+    else's conversation from `x-qvl-session-reused` or `cached_tokens`."""
+    ann, bob = "ann-token-0123456789", "bob-token-0123456789"
+    with LiveServer(create_app(EchoEngine(), SETTINGS, users={"ann": ann, "bob": bob})) as url:
+        as_ann, as_bob = ({"Authorization": f"Bearer {t}"} for t in (ann, bob))
+        first = post(url, {"messages": [user("my plans", png_url())], "cache_salt": "s1"}, headers=as_ann)
+        history = [
+            user("my plans", png_url()),
+            {"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+        ]
+        guess = {"messages": [*history, user("and?")]}
+        for headers, salt in ((as_ann, "s2"), (as_bob, "s1"), (as_ann, None)):
+            other = post(url, {**guess, **({"cache_salt": salt} if salt else {})}, headers=headers)
+            assert other.status_code == 200, other.text
+            assert other.headers["x-qvl-session-reused"] == "false", (headers, salt)
+            assert other.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        same = post(url, {**guess, "cache_salt": "s1"}, headers=as_ann)
+        assert same.headers["x-qvl-session-reused"] == "true"  # the same user and salt still reuse
+        assert post(url, guess, headers=AUTH).status_code == 401  # a token of no user
+        bad = post(url, {**guess, "cache_salt": ""}, headers=as_ann)
+        assert bad.status_code == 400 and "cache_salt" in bad.text

@@ -233,3 +233,22 @@ def test_min_tokens_equal_to_max_tokens_gives_exactly_that_many_tokens(server):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="", messages=messages, max_tokens=4, extra_body={"min_tokens": 5})
     assert err.value.body["param"] == "min_tokens"
+
+
+def test_a_cache_salt_keeps_vision_features_apart(server):
+    """The same screenshot under another cache_salt is encoded anew (`x-qvl-vision: miss`): a client cannot
+    learn from a hit that another client sent that image."""
+    import httpx
+
+    shot = question("What is on this screen?", (7, 99, 140))
+
+    def vision(salt):
+        body = {"messages": [shot], "max_tokens": 2, "cache_salt": salt}
+        reply = httpx.post(server + "/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {TOKEN}"},
+                           timeout=120)  # fmt: skip
+        assert reply.status_code == 200, reply.text
+        return reply.headers["x-qvl-vision"]
+
+    assert vision("alice") == "miss"
+    assert vision("alice") == "hit"
+    assert vision("bob") == "miss"

@@ -1,11 +1,13 @@
 """`qvl-agent serve`: the resident engine behind an OpenAI-compatible API and a chat page.
 
-    qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token] [--max-batch N]
+    qvl-agent serve [--host 127.0.0.1] [--port 8000] [--model ...] [--engine ...] [--no-token | --tokens-file FILE]
+                    [--max-batch N]
 
 Prints the model id that requests name, then the chat page's address with its token
 (http://127.0.0.1:PORT/?token=TOKEN) once the model is loaded and the port is listening, and last the one
 line a script can wait for: `qvl-agent serve: ready on http://127.0.0.1:PORT`. `--port 0` picks a free port
-(the printed addresses have the real one).
+(the printed addresses have the real one). `--tokens-file` gives each user a token of their own; users
+never share sessions, KV caches or vision features (nor do requests with different `cache_salt`s).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from pathlib import Path
 
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import DEFAULT_MODEL, MAX_BATCH, Settings, config_dir
@@ -33,6 +36,11 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--no-token", action="store_true", help="accept requests without a token (loopback addresses only)"
     )
+    parser.add_argument(
+        "--tokens-file", metavar="FILE",
+        help="one 'NAME TOKEN' per line (a private file): a token per user; users never share sessions, "
+        "KV caches, vision features or reuse headers",
+    )  # fmt: skip
     parser.add_argument("--max-queue", type=int, default=16, metavar="N", help="requests that may wait before 429")
     parser.add_argument(
         "--max-batch",
@@ -70,7 +78,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from qvl_agent.server.auth import resolve_token
+    from qvl_agent.server.auth import read_users_file, resolve_token
 
     for name in ("max_queue", "max_body_mb", "max_images", "max_total_pixels", "max_prompt_tokens", "max_connections"):
         if getattr(args, name) < 1:
@@ -81,7 +89,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if not 1 <= args.max_batch <= MAX_BATCH:
             raise UsageError(f"--max-batch must be between 1 and {MAX_BATCH}.")
         settings = dataclasses.replace(settings, max_batch=args.max_batch)
-    token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
+    users = None
+    if args.tokens_file:
+        if args.no_token:
+            raise UsageError("--tokens-file gives each user a token; it cannot go with --no-token.")
+        users = read_users_file(Path(args.tokens_file))
+        token, token_note = None, f"API tokens of {len(users)} users from {args.tokens_file}."
+    else:
+        token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
     sock = bind(args.host, args.port)
     max_connections = connection_cap(args.max_connections, raise_fd_limit())
     # The heavy imports (uvicorn, the engine, torch) only once the flags, the token and the port are known
@@ -101,7 +116,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         also = f" ({DEFAULT_MODEL!r} works too)" if settings.model != DEFAULT_MODEL else ""
         print(f"Model id for requests: {settings.model!r}{also}", flush=True)
         print(f"OpenAI-compatible API: {base}/v1", flush=True)
-        print(f"Chat page: {base}/" + (f"?token={token}" if token else ""), flush=True)
+        print(
+            f"Chat page: {base}/" + (f"?token={token}" if token else "?token=YOUR_TOKEN" if users else ""), flush=True
+        )
         print(f"qvl-agent serve: ready on {base}", flush=True)  # last: a script can wait for this line
 
     engine = None
@@ -116,6 +133,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             engine,
             settings,
             token=token,
+            users=users,
             max_queue=args.max_queue,
             max_body_bytes=args.max_body_mb * 1024 * 1024,
             max_image_pixels=args.max_image_pixels,

@@ -197,7 +197,7 @@ def run_sandboxed(
             page_file = target.path
     targets = [urlsplit(o) for o in dict.fromkeys(origins)]
     work_dir = Path(tempfile.mkdtemp(prefix="qvl-sandbox-"))
-    forwarders: list[Forwarder] = []
+    forwarder: Forwarder | None = None
     try:
         (work_dir / "script.py").write_text(source, encoding="utf-8")
         extra: list[str] = []
@@ -206,9 +206,9 @@ def run_sandboxed(
             listens, hosts = inside_addresses(targets)
             (work_dir / "hosts").write_text(hosts, encoding="utf-8")
             extra += ["--ro-bind", str(work_dir / "hosts"), "/etc/hosts"]
-            for n, (target, listen) in enumerate(zip(targets, listens, strict=True)):
-                forwarders.append(Forwarder(work_dir / f"net{n}.sock", target))
-                extra += ["--ro-bind", str(forwarders[-1].path), f"/sandbox/net{n}.sock"]
+            forwarder = Forwarder(work_dir, targets)
+            for n, (target, listen, path) in enumerate(zip(targets, listens, forwarder.paths, strict=True)):
+                extra += ["--ro-bind", str(path), f"/sandbox/net{n}.sock"]
                 relays.append([listen, port_of(target), f"/sandbox/net{n}.sock"])
         if page_file:
             extra += ["--ro-bind", page_file, page_file]
@@ -316,7 +316,7 @@ def run_sandboxed(
         receiver.start()
         watchdog = Watchdog(proc, info_read, memory_bytes=memory_bytes, count_files=not tmpfs)
         watchdog.start()
-        for forwarder in forwarders:
+        if forwarder is not None:
             forwarder.start()
         try:
             returncode: int | None = proc.wait(timeout=timeout_s)
@@ -328,7 +328,7 @@ def run_sandboxed(
             returncode = None
         finally:
             watchdog.stop()
-            for forwarder in forwarders:
+            if forwarder is not None:
                 forwarder.stop()
         limit = watchdog.reason
         if group is not None:
@@ -345,7 +345,7 @@ def run_sandboxed(
         seconds = time.monotonic() - started
         return SandboxResult(returncode, read_tail(log_path), files, seconds, limit)
     finally:
-        for forwarder in forwarders:
+        if forwarder is not None:
             forwarder.stop()
         remove_tree(work_dir)
 

@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qvl_agent.config import DEFAULT_MODEL, Settings
 from qvl_agent.engine.base import Engine
-from qvl_agent.server.auth import Authenticator, token_matches
+from qvl_agent.server.auth import Authenticator, user_of
 from qvl_agent.server.budget import check_prompt_tokens
 from qvl_agent.server.fetch import ImageFetcher
 from qvl_agent.server.images import ImageBudget, ImageDecoder
@@ -68,7 +68,7 @@ class Server:
     settings: Settings
     model_id: str
     aliases: set[str]
-    token: str | None
+    tokens: dict[str, str] | None  # user -> token; {"": TOKEN} with one token; None: no authentication
     pool: SessionPool
     scheduler: Scheduler
     decoder: ImageDecoder
@@ -106,9 +106,13 @@ def create_app(
     allow_image_urls: bool = False,
     fetcher: ImageFetcher | None = None,
     on_ready: Callable[[], None] | None = None,
+    users: dict[str, str] | None = None,
 ) -> FastAPI:
-    """The API app over `engine`. `token=None` disables authentication (the caller checks loopback).
-    `on_ready` runs once the server accepts requests (`serve` prints its address then)."""
+    """The API app over `engine`. `token=None` and no `users` disable authentication (the caller checks
+    loopback); `users` ({name: token}, `serve --tokens-file`) gives each user a token of their own, and
+    users never share sessions, KV caches or vision features. `on_ready` runs once the server accepts
+    requests (`serve` prints its address then)."""
+    tokens = dict(users) if users else {"": token} if token is not None else None
     model_id = model_id or settings.model
     batcher = getattr(engine, "batcher", None)  # overlapping turns decode together: one worker per row
     workers = len(batcher.kv.rows) if batcher is not None else 1
@@ -142,7 +146,7 @@ def create_app(
         settings=settings,
         model_id=model_id,
         aliases={model_id, os.path.basename(model_id.rstrip("/")), engine.name, DEFAULT_MODEL},
-        token=token,
+        tokens=tokens,
         pool=pool,
         scheduler=scheduler,
         decoder=ImageDecoder(budget, fetcher if allow_image_urls else None),
@@ -157,7 +161,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(ClientGone, _client_gone)
     app.include_router(public)
-    app.include_router(protected, dependencies=[Depends(Authenticator(token))])
+    app.include_router(protected, dependencies=[Depends(Authenticator(tokens))])
     return app
 
 
@@ -195,7 +199,7 @@ async def health(request: Request):
 async def chat_page(request: Request):
     s = _server(request)
     web = resources.files("qvl_agent").joinpath("web")
-    if s.token is not None and not token_matches(request.query_params.get("token"), s.token):
+    if s.tokens is not None and user_of(request.query_params.get("token"), s.tokens) is None:
         page = web.joinpath("token.html").read_text(encoding="utf-8")
         return HTMLResponse(page, status_code=401, headers=PAGE_HEADERS)
     return HTMLResponse(web.joinpath("chat.html").read_text(encoding="utf-8"), headers=PAGE_HEADERS)
@@ -217,7 +221,7 @@ async def chat_completions(request: Request):
     s = _server(request)
     started = time.perf_counter()
     raw = await read_body(request, s.max_body_bytes, s.body_timeout_s)
-    chat = await run_in_threadpool(parse_chat_request, raw, s.settings.max_new_tokens)
+    chat = await run_in_threadpool(parse_chat_request, raw, s.settings.max_new_tokens, request.state.user)
     if chat.model and chat.model not in s.aliases:
         raise ApiError(
             404,

@@ -18,6 +18,7 @@ import ipaddress
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from fastapi import Request
@@ -128,15 +129,61 @@ def token_matches(value: str | None, token: str) -> bool:
     return bool(value) and hmac.compare_digest(value.encode(), token.encode())
 
 
-class Authenticator:
-    """The FastAPI dependency of every protected route (`dependencies=[Depends(auth)]`)."""
+def user_of(value: str | None, tokens: Mapping[str, str]) -> str | None:
+    """The user whose token `value` is (every token compared, in constant time each), or None."""
+    found = None
+    for user, token in tokens.items():
+        if token_matches(value, token):
+            found = user
+    return found
 
-    def __init__(self, token: str | None):
-        self.token = token
+
+def read_users_file(path: Path) -> dict[str, str]:
+    """`serve --tokens-file`: one `NAME TOKEN` per line (blank lines and `#` comments left out), each user
+    with a token of their own. The file must be the person's own and private, as the token file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ConfigError(f"Cannot read the tokens file {path} ({exc.strerror}).") from None
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ConfigError(f"The tokens file {path} is not a regular file.")
+        if hasattr(os, "getuid") and (info.st_uid != os.getuid() or stat.S_IMODE(info.st_mode) & 0o077):
+            raise ConfigError(f"The tokens file {path} must be yours and private: chmod 600 {path}.")
+        data = fh.read(1 << 20)
+    users: dict[str, str] = {}
+    for n, line in enumerate(data.decode("utf-8", "replace").splitlines(), start=1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2:
+            raise ConfigError(f"Line {n} of the tokens file {path} is not `NAME TOKEN`.")
+        name, token = words
+        check_token(token, f"The token of {name!r} (line {n} of {path})", "give that user a longer token")
+        if name in users or token in users.values():
+            raise ConfigError(f"Line {n} of the tokens file {path} repeats a name or a token: each user needs both.")
+        users[name] = token
+    if not users:
+        raise ConfigError(f"The tokens file {path} names no user.")
+    return users
+
+
+class Authenticator:
+    """The FastAPI dependency of every protected route (`dependencies=[Depends(auth)]`). `tokens` maps each
+    user to their token ({"": TOKEN} for one token); the user a request came from goes to
+    `request.state.user`, which scopes its caches."""
+
+    def __init__(self, tokens: Mapping[str, str] | None):
+        self.tokens = tokens
 
     async def __call__(self, request: Request) -> None:
-        if self.token is not None:
-            if not bearer_matches(request.headers.get("authorization"), self.token):
+        request.state.user = ""
+        if self.tokens is not None:
+            scheme, _, value = (request.headers.get("authorization") or "").partition(" ")
+            user = user_of(value.strip(), self.tokens) if scheme.lower() == "bearer" else None
+            request.state.user = user or ""
+            if user is None:
                 raise ApiError(
                     401,
                     "Missing or wrong API token: send 'Authorization: Bearer TOKEN' "

@@ -23,17 +23,18 @@ from qvl_agent.engine.base import Engine, Session
 from qvl_agent.image import Screenshot
 
 
-def fingerprint(system: str | None, turns: Iterable[tuple[str, Sequence[Screenshot], str]]) -> str:
-    """A hash of a conversation's content: (user text, images, reply) per turn, plus the system text."""
+def fingerprint(system: str | None, turns: Iterable[tuple[str, Sequence[Screenshot], str]], scope: str = "") -> str:
+    """A hash of a conversation's content: (user text, images, reply) per turn, plus the system text, in
+    its cache scope (a user and a cache salt: other scopes never match it)."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(json.dumps(["system", system]).encode())
+    h.update(json.dumps(["system", system, scope]).encode())
     for text, images, reply in turns:
         h.update(json.dumps([text, [im.content_hash for im in images], reply], ensure_ascii=False).encode())
     return h.hexdigest()
 
 
-def session_fingerprint(session: Session) -> str:
-    return fingerprint(session.system, ((t.text, t.images, t.reply) for t in session.turns))
+def session_fingerprint(session: Session, scope: str = "") -> str:
+    return fingerprint(session.system, ((t.text, t.images, t.reply) for t in session.turns), scope)
 
 
 class SessionPool:
@@ -49,11 +50,15 @@ class SessionPool:
             return len(self._idle)
 
     def checkout(
-        self, engine: Engine, system: str | None, history: Sequence[tuple[str, Sequence[Screenshot], str]]
+        self,
+        engine: Engine,
+        system: str | None,
+        history: Sequence[tuple[str, Sequence[Screenshot], str]],
+        scope: str = "",
     ) -> tuple[Session, bool]:
-        """A session that holds exactly `history`: a pooled one (reused=True) or a new one fed the
-        history with `add_turn` (reused=False). The caller owns it until `checkin` or `close`."""
-        key = fingerprint(system, history)
+        """A session that holds exactly `history` in `scope`: a pooled one (reused=True) or a new one fed
+        the history with `add_turn` (reused=False). The caller owns it until `checkin` or `close`."""
+        key = fingerprint(system, history, scope)
         with self._lock:
             session = self._idle.pop(key, None)
         if session is not None:
@@ -63,9 +68,9 @@ class SessionPool:
             session.add_turn(text, images, reply)
         return session, False
 
-    def checkin(self, session: Session) -> None:
+    def checkin(self, session: Session, scope: str = "") -> None:
         """Put a session whose last turn ended cleanly back, under its new conversation's fingerprint."""
-        key = session_fingerprint(session)
+        key = session_fingerprint(session, scope)
         evicted: list[Session] = []
         with self._lock:
             old = self._idle.pop(key, None)

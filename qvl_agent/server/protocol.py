@@ -111,6 +111,9 @@ class ChatCompletionRequest(_Model):
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     n: int | None = None
     stop: str | list[str] | None = None
+    # vLLM's prefix-cache scope: requests with different salts share no session, KV cache or vision
+    # features, so no cache hit tells one client what another sent.
+    cache_salt: str | None = Field(None, min_length=1, max_length=256)
 
     @field_validator("stop")
     @classmethod
@@ -160,6 +163,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     stop: tuple[str, ...] = field(default_factory=tuple)
+    scope: str = ""  # the cache scope: the user's name (several tokens) and the request's cache_salt
 
     def image_refs(self) -> list[ImageRef]:
         """Every image of the conversation that is still to be decoded, in order."""
@@ -171,8 +175,9 @@ class ChatRequest:
         return [self.system or "", *(s for t in self.history for s in (t.text, t.reply)), self.text]
 
 
-def parse_chat_request(raw: bytes, default_max_tokens: int) -> ChatRequest:
-    """A validated ChatRequest from a request body, or ApiError saying what is wrong with it."""
+def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> ChatRequest:
+    """A validated ChatRequest from a request body, or ApiError saying what is wrong with it. `user` (the
+    token's user, with several tokens) and the body's `cache_salt` make its cache scope."""
     items = 0
     for mark in (b",", b"{", b"["):
         items += raw.count(mark)
@@ -245,7 +250,13 @@ def parse_chat_request(raw: bytes, default_max_tokens: int) -> ChatRequest:
         stream=body.stream,
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         stop=stop,
+        scope=cache_scope(user, body.cache_salt),
     )
+
+
+def cache_scope(user: str, salt: str | None) -> str:
+    """The scope a request's caches live in: its user (when the server has several tokens) and salt."""
+    return f"{len(user)}:{user}:{salt or ''}" if user or salt else ""
 
 
 def _text_and_images(content: str | list | None, param: str) -> tuple[str, list[ImageRef]]:

@@ -180,8 +180,10 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
 
     def work(job: Job) -> None:
         queue_ms = (time.perf_counter() - job.submitted) * 1000
-        history = [(t.text, t.images, t.reply) for t in request.history]
-        session, reused = pool.checkout(engine, request.system, history)
+        # Each image under its scope's hash: the vision-feature cache and the pool keep scopes apart.
+        history = [(t.text, [im.scoped(request.scope) for im in t.images], t.reply) for t in request.history]
+        images = [im.scoped(request.scope) for im in request.images]
+        session, reused = pool.checkout(engine, request.system, history, request.scope)
         job.session = session
         job.emit("start", {"reused": reused})
         # The engine stops at stop strings itself; this guarantees the client never sees one whatever the
@@ -191,7 +193,7 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
         pieces: list[str] = []
         clean = False
         try:
-            stream = session.ask(request.text, request.images, request.options)
+            stream = session.ask(request.text, images, request.options)
             if job.cancelled:  # cancelled between checkout and ask: ask() started the turn afresh
                 session.cancel()
             try:
@@ -219,7 +221,7 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
         finally:
             job.session = None
             if clean and not job.cancelled:
-                pool.checkin(session)
+                pool.checkin(session, request.scope)
             else:
                 session.close()  # its KV state may be mid-turn: never reuse it
 
