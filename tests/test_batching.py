@@ -424,6 +424,47 @@ def test_a_prompt_longer_than_a_chunk_is_prefilled_between_the_others_steps(engi
     assert steps_between >= len(chunks) - 1  # the other turn decoded between every two chunks
 
 
+def test_a_short_request_is_prefilled_between_the_chunks_of_longer_prompts_not_after_them(engine, alone):
+    """Three long prompts arrive first, a four-word one last: prefills take turns, one unit each, so the
+    short one's first token comes before any long prompt has finished its prefill; every reply is still
+    exactly the one it gets alone."""
+    longs = [Ask(_shot(64, 64, 80 + n), "Read all of this: " + "word " * 150, _fixed(4)) for n in range(3)]
+    short = Ask(_shot(64, 64, 84), "Hi there, who?", _fixed(4))
+    asks = [*longs, short]
+    sessions = [a.open(engine) for a in asks]
+    first_tokens: list[int] = []  # which ask's first piece came, in order
+    saved = engine.batcher.prefill_chunk
+    engine.batcher.prefill_chunk = 16
+    readers = [Reader(s, a) for s, a in zip(sessions, asks, strict=True)]
+    for n, reader in enumerate(readers):
+        reader.pieces = _FirstLogged(first_tokens, n)
+    try:
+        with model_busy(engine, len(readers)):
+            for n, r in enumerate(readers, start=1):
+                r.start()
+                _wait_until(lambda n=n: engine.batcher.waiting == n, "each arriving after the one before")
+        replies = [r.reply() for r in readers]
+    finally:
+        engine.batcher.prefill_chunk = saved
+    assert first_tokens[0] == 3, first_tokens  # the short one, though it arrived last
+    assert all(sessions[n].last_stats.prefill_tokens > 8 * 16 for n in range(3))  # the long ones: 8+ chunks
+    for ask, reply in zip(asks, replies, strict=True):
+        assert [reply] == _alone(alone, ask)[0]
+
+
+class _FirstLogged(list):
+    """A reader's pieces that log the reader's number at its first piece."""
+
+    def __init__(self, log: list[int], n: int):
+        super().__init__()
+        self.log, self.n = log, n
+
+    def append(self, piece) -> None:
+        if not self:
+            self.log.append(self.n)
+        super().append(piece)
+
+
 # --- 9. sampling in a batch ------------------------------------------------------------------------------------
 
 

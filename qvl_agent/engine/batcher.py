@@ -4,9 +4,11 @@ One thread (`qvl-batch`) owns the model while any batched turn is in flight (it 
 lock meanwhile). Each pass of its loop:
 
 1. admits waiting turns while a `BatchKV` row is free (FIFO; beyond the rows they wait in line);
-2. runs one unit of prefill for the oldest turn still prefilling: its images (feature cache first),
-   then the tokens its session's KV lacks, one chunk at a time. Between units the decoding turns step,
-   so a new request neither waits for others to finish nor stalls them for longer than one chunk;
+2. runs one unit of prefill for the turn still prefilling that has had the fewest units (the oldest of
+   those): its images (feature cache first), then the tokens its session's KV lacks, one chunk at a
+   time. So prefills take turns: a short request waits for one unit of each longer prompt, never for
+   their whole prompts, and between units the decoding turns step, so a new request neither waits for
+   others to finish nor stalls them for longer than one chunk;
 3. runs one batched decode step (`BatchStep`) for every decoding turn and hands each its token.
 
 Each turn keeps what a lone turn has: its own sampling parameters, stop strings, `max_new_tokens`,
@@ -55,6 +57,7 @@ class _Turn:
         self.finished = threading.Event()
         self.row = None
         self.prefill = None  # the prefill generator while it runs
+        self.prefill_units = 0  # units of it run so far: the turn with the fewest goes next
         self.start = time.perf_counter()
         self.generated: list[int] = []
         self.stream: TextStream | None = None
@@ -219,7 +222,9 @@ class Batcher:
                 self._end(turn, GenerationCancelled("The answer was stopped."))
         prefilling = [t for t in active if t.prefill is not None and not t.finished.is_set()]
         if prefilling:
-            self._guard(prefilling[0], self._prefill_unit)
+            turn = min(prefilling, key=lambda t: t.prefill_units)  # the oldest of the fewest (min is stable)
+            turn.prefill_units += 1
+            self._guard(turn, self._prefill_unit)
         decoding = [t for t in active if t.prefill is None and not t.finished.is_set()]
         if decoding:
             try:
