@@ -28,6 +28,9 @@ from qvl_agent.errors import ActionError, CaptureError, EmergencyStop
 from qvl_agent.image import Region, Screenshot, to_pixels
 
 PAUSE_S = 0.005  # after each pyautogui call; X servers and toolkits keep up with this easily
+# Keys typed right after a click wait this long from the click: the clicked app moves its keyboard focus
+# when it handles the click, which a busy machine may do after the first keys arrived.
+CLICK_TO_KEYS_S = 0.15
 DRAG_S = 0.2  # toolkits miss drags that jump straight to the end point
 MAX_SCROLL_CLICKS = 50
 
@@ -81,6 +84,7 @@ class DesktopExecutor:
         self.interrupt = interrupt or (lambda: None)  # raises EmergencyStop; checked between keystrokes
         self._grab = grab
         self._settled: Screenshot | None = None
+        self._clicked_at = float("-inf")  # when the last click ended (time.monotonic)
         self.reused_capture = False  # the last observe() returned the settled grab instead of a new one
 
     @property
@@ -194,6 +198,14 @@ class DesktopExecutor:
             raise ActionError(f"{A.describe(action)} failed: {exc}.") from None
 
     def _execute(self, pg, action: A.Action, shot: Screenshot) -> ActionResult:
+        if isinstance(action, A.Key | A.Type):
+            time.sleep(max(0.0, self._clicked_at + CLICK_TO_KEYS_S - time.monotonic()))
+        result = self._act(pg, action, shot)
+        if isinstance(action, (*A.POINTER_ACTIONS, A.LeftClickDrag)) and not isinstance(action, A.MouseMove):
+            self._clicked_at = time.monotonic()
+        return result
+
+    def _act(self, pg, action: A.Action, shot: Screenshot) -> ActionResult:
         buttons = {A.LeftClick: "left", A.RightClick: "right", A.MiddleClick: "middle"}
         if isinstance(action, A.MouseMove):
             px, py = self._point(action.x, action.y, shot)
