@@ -96,6 +96,8 @@ class Forwarder:
             self._wake_write.send(b"x")
         if self._thread.is_alive():
             self._thread.join(5)
+        for pair in self._pairs:
+            pair.close()
         for key in list(self._selector.get_map().values()):
             _close(key.fileobj)
         self._selector.close()
