@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, quote_plus, unquote
 
 from qvl_agent import actions as A
 from qvl_agent.errors import ActionError, UsageError
@@ -122,25 +122,38 @@ class Secrets:
 
 
 def forms(value: str) -> list[str]:
-    """Spellings of `value` besides percent- and form-encoding (which `mask` matches character by
-    character, whichever characters an encoder chose to escape): itself, and base64 (standard and
-    URL-safe) at each of the three alignments it can have inside a longer base64 string (only the
-    characters that depend on the value alone)."""
+    """Spellings of `value` besides those `mask` matches character by character (see `_char_pattern`):
+    itself, and base64 (standard and URL-safe) of the value and of its percent-encodings, each at the
+    three alignments it can have inside a longer base64 string (only the characters that depend on the
+    value alone)."""
     spellings = {value}
-    data = value.encode("utf-8")
-    for pad in range(3):
-        full = base64.b64encode(b"\0" * pad + data).decode("ascii")
-        core = full[(pad * 8 + 5) // 6 : ((pad + len(data)) * 8) // 6]
-        if len(core) >= 4:
-            spellings.add(core)
-            spellings.add(core.translate(str.maketrans("+/", "-_")))
+    for text in dict.fromkeys((value, quote(value, safe=""), quote_plus(value, safe=""))):
+        data = text.encode("utf-8", "surrogatepass")
+        for pad in range(3):
+            full = base64.b64encode(b"\0" * pad + data).decode("ascii")
+            core = full[(pad * 8 + 5) // 6 : ((pad + len(data)) * 8) // 6]
+            if len(core) >= 4:
+                spellings.add(core)
+                spellings.add(core.translate(str.maketrans("+/", "-_")))
     return sorted(spellings, key=len, reverse=True)
 
 
+def hex_forms(value: str) -> list[str]:
+    """The value as hex digits: of its UTF-8 bytes, and of its UTF-16 code units (matched in either case)."""
+    utf8 = value.encode("utf-8", "surrogatepass").hex()
+    utf16 = value.encode("utf-16-be", "surrogatepass").hex()
+    return [utf8, utf16] if len(utf8) >= 4 else []
+
+
 def _char_pattern(ch: str) -> str:
-    """One character as it may appear: itself, percent-encoded (either hex case), `+` for a space."""
-    escaped = "".join(f"%{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))
-    options = [re.escape(ch), f"(?i:{escaped})"] + ([r"\+"] if ch == " " else [])
+    """One character as it may appear: itself in either case, percent-encoded once or more (`%25` for
+    each `%` an encoder added), `+` for a space, a JSON `\\uXXXX` escape or an HTML character reference."""
+    escaped = "".join(f"%(?:25)*{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))
+    options = [f"(?i:{re.escape(ch)})", f"(?i:{escaped})", f"&#(?:0*{ord(ch)}|(?i:x0*{ord(ch):x}));"]
+    if ord(ch) < 0x10000:
+        options.append(f"(?i:\\\\u{ord(ch):04x})")
+    if ch == " ":
+        options.append(r"\+")
     return "(?:" + "|".join(options) + ")"
 
 
@@ -151,6 +164,7 @@ def _patterns(items: tuple[tuple[str, str], ...]) -> list[tuple[str, re.Pattern]
     for name, value in sorted(items, key=lambda item: -len(item[1])):
         spellings = ["".join(_char_pattern(ch) for ch in value)]
         spellings += [re.escape(spelling) for spelling in forms(value) if spelling != value]
+        spellings += [f"(?i:{spelling})" for spelling in hex_forms(value)]
         out.append((name, re.compile("|".join(spellings))))
     return out
 

@@ -347,3 +347,26 @@ def test_with_a_secret_no_door_of_the_browser_reaches_another_host(tmp_path):
     finally:
         allowed.stop()
         other.stop()
+
+
+def test_masking_on_disk_covers_spellings_built_from_other_spellings():
+    """What is written to disk and screen is masked by value: repeated percent-encoding, hex (either case,
+    UTF-8 or UTF-16), another case, base64 of the percent-encoding, JSON and HTML escapes."""
+    import base64
+    from urllib.parse import quote
+
+    password = "Pw x+y/é1"
+    secrets = Secrets({"PASSWORD": password})
+    once = quote(password, safe="")
+    spellings = [
+        quote(once, safe=""), quote(quote(once, safe=""), safe=""), password.encode().hex(),
+        password.encode().hex().upper(), password.encode("utf-16-be").hex(), password.upper(), password.lower(),
+        base64.b64encode(once.encode()).decode(), json.dumps(password),
+        "".join(f"\\u{ord(c):04x}" for c in password), "".join(f"&#{ord(c)};" for c in password),
+        "".join(f"&#x{ord(c):X};" for c in password),
+    ]  # fmt: skip
+    for spelling in spellings:
+        masked = secrets.mask({"final": {"url": f"https://x.example/?d={spelling}&n=1"}})
+        assert "{{PASSWORD}}" in masked["final"]["url"], spelling
+        assert secrets.carried_by(spelling) == "PASSWORD", spelling
+    assert secrets.mask("Pw and x+y are words; é1 too") == "Pw and x+y are words; é1 too"
