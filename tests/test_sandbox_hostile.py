@@ -735,3 +735,24 @@ def test_many_connections_and_origins_cost_the_host_no_thread_each(server):
     origins = [f"http://127.0.0.{n}:{8000 + n}" for n in range(1, net.MAX_ORIGINS + 2)]
     with pytest.raises(SandboxUnavailable, match=f"at most {net.MAX_ORIGINS} origins"):
         bubblewrap.run_sandboxed("print(1)", origins=origins, browser=BROWSER, timeout_s=10)
+
+
+def test_tens_of_thousands_of_descriptors_end_the_run_instead_of_stalling_the_watch(server):
+    """Each poll reads every descriptor of the sandbox: a script holding 30,000 is stopped at the watch's
+    limit, not left unwatched while one poll crawls through them."""
+    script = HEADER + (
+        "import resource, time\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n"
+        "per = max(1, min(hard - 64, 30000) // 2)\n"  # pipes per process: as many as its limit allows
+        "for child in range(-(-15000 // per)):\n"
+        "    if os.fork() == 0:\n"
+        "        held = [os.pipe() for n in range(per)]\n"
+        "        time.sleep(30)\n"
+        "        os._exit(0)\n"
+        "print('forked them all', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    result = run(script, server, timeout_s=25)
+    assert result.returncode is not None, "the watch never stopped it: the timeout did"
+    assert "open files and sockets" in result.limit, (result.limit, result.output[-300:])

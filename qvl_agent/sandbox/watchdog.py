@@ -21,7 +21,9 @@ more than `ENTRIES` files and folders:
   without a size for inodes would let a script fill kernel memory with empty files).
 
 A poll every `POLL_S` lets a fast fork or allocation loop pass the limit by what it does in that time, a
-bounded amount; the kernel then ends every process of the namespace at once.
+bounded amount; the kernel then ends every process of the namespace at once. A poll reads each process's
+descriptors (for memfds), so the sandbox may hold at most `DESCRIPTORS` of them: tens of thousands would
+make one poll take seconds, during which nothing would be checked.
 
 `walk(folder)` lists a tree without recursion or following links and `remove_tree(folder)` deletes a tree
 of any depth: a script's folders may nest past what a path can name.
@@ -43,6 +45,7 @@ from pathlib import Path
 TASKS = 1024  # processes and threads in the sandbox at once (the same figure as its RLIMIT_NPROC)
 MEMORY_BYTES = 4 << 30  # memory of all its processes together (Chromium and a page take ~0.5 GB)
 ENTRIES = 20_000  # files and folders in its tmpfs folders together
+DESCRIPTORS = 20_000  # open descriptors of all its processes together: each poll reads every one
 TMPFS = ("/tmp", "/dev/shm", "/scratch")  # inside the sandbox
 POLL_S = 0.2
 
@@ -112,7 +115,10 @@ class Watchdog:
         used, entries = self._tmpfs_usage()
         if self.count_files and entries > ENTRIES:
             return f"it made more than {ENTRIES} files and folders"
-        memory = used + memory_of(pids)
+        try:
+            memory = used + memory_of(pids)
+        except TooManyDescriptors:
+            return f"it held more than {DESCRIPTORS} open files and sockets at once"
         if memory > self.memory_bytes:
             return f"its processes used more than {self.memory_bytes >> 20} MB of memory together"
         return ""
@@ -158,6 +164,10 @@ def _threads(pid: int) -> int:
         return 0
 
 
+class TooManyDescriptors(Exception):
+    """The sandbox holds more descriptors than one poll may read (`DESCRIPTORS`)."""
+
+
 def memory_of(pids: list[int]) -> int:
     """Bytes held by `pids` together: each one's resident anonymous and shared memory (RssAnon + RssShmem:
     a shared mapping of a memfd or of /dev/shm counts in full for every process that maps it, which only
@@ -168,6 +178,7 @@ def memory_of(pids: list[int]) -> int:
     allocation loop would use to get further past the limit."""
     total = 0
     held: dict[tuple[int, int], int] = {}
+    budget = DESCRIPTORS  # a poll reads at most this many: more ends the run, never stalls the watch
     for pid in pids:
         try:
             with open(f"/proc/{pid}/status", "rb") as f:
@@ -177,6 +188,9 @@ def memory_of(pids: list[int]) -> int:
             fds = os.listdir(f"/proc/{pid}/fd")
         except (OSError, ValueError, IndexError):
             continue  # ended meanwhile
+        budget -= len(fds)
+        if budget < 0:
+            raise TooManyDescriptors
         for fd in fds:
             try:
                 if not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
