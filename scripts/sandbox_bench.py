@@ -1,5 +1,7 @@
-"""What the verification sandbox costs: the same scripts run through `playwright.sandbox.run_sandboxed` and
-through the unsandboxed path (`--unsafe-verify`), median/min/max wall time of N runs each.
+"""What the verification sandbox costs: the same scripts run through `sandbox.bubblewrap.run_sandboxed` with
+the kernel's limits (a cgroup and tmpfs sized in entries, where this machine gives them), through the
+sandbox without them (the watchdog alone, as on a machine that gives none), and through the unsandboxed
+path (`--unsafe-verify`); median/min/max wall time of N runs each.
 
     PYTHONPATH=. .venv/bin/python scripts/sandbox_bench.py [N]
 """
@@ -12,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 from qvl_agent.playwright.chromium import find_browser
 from qvl_agent.sandbox import bubblewrap
@@ -45,7 +48,12 @@ def main() -> None:
     problem = bubblewrap.bubblewrap_problem()
     print(f"bubblewrap probe: {(time.perf_counter() - started) * 1000:.0f} ms ({problem or 'ok'})")
     for name, source in (("trivial script", trivial), ("Chromium, goto, expect", page)):
-        for label, run in (("sandboxed", bubblewrap.run_sandboxed), ("unsandboxed", writer._run_unsandboxed)):
+        runs_of = (
+            ("sandboxed", bubblewrap.run_sandboxed),
+            ("watchdog only", _without_kernel_limits(bubblewrap.run_sandboxed)),
+            ("unsandboxed", writer._run_unsandboxed),
+        )
+        for label, run in runs_of:
             times = []
             for _ in range(runs):
                 t = time.perf_counter()
@@ -53,9 +61,22 @@ def main() -> None:
                 times.append(time.perf_counter() - t)
                 if result.returncode != 0:
                     raise SystemExit(f"{name} failed {label}:\n{result.output}")
-            print(f"{name:24} {label:12} median {statistics.median(times):.3f} s  "
+            print(f"{name:24} {label:14} median {statistics.median(times):.3f} s  "
                   f"min {min(times):.3f}  max {max(times):.3f}")  # fmt: skip
     server.shutdown()
+
+
+def _without_kernel_limits(run):
+    """`run` as on a machine where no cgroup can be made and no tmpfs sized in entries mounted."""
+
+    def without(*args, **kwargs):
+        with (
+            mock.patch.object(bubblewrap.Cgroup, "make", return_value=None),
+            mock.patch.object(bubblewrap, "can_size_entries", return_value=False),
+        ):
+            return run(*args, **kwargs)
+
+    return without
 
 
 if __name__ == "__main__":
