@@ -12,6 +12,7 @@ import pytest
 from qvl_agent.errors import InputError
 from qvl_agent.scripts.export.exporter import compile_run, export_trace, python_locator, write_browser_info
 from qvl_agent.scripts.write.policy import check_script
+from qvl_agent.secrets import Secrets
 from qvl_agent.trace import TraceWriter
 
 URL = "http://127.0.0.1:8000/form.html"
@@ -477,3 +478,25 @@ def test_text_that_appeared_is_checked_with_any_digits_where_it_had_digits():
     assert re.fullmatch(patterns[0], "\n  Ticket 97 opened  at 9:05 ") and not re.search(patterns[0], "Ticket opened")
     assert re.fullmatch(patterns[1], "Saved (13 files)") and not re.search(patterns[1], "Saved 13 files")
     assert checks[2] == 'expect(page.get_by_text("Done", exact=True)).to_be_visible()'
+
+
+def test_a_secret_is_read_only_where_its_placeholder_was_typed_never_where_its_value_shows():
+    """A PIN "Ada" typed by placeholder, then the name "Ada Lovelace" typed as words: the trace masks the
+    value wherever it shows ("{{PIN}} Lovelace"), but the export builds each fill from the run's record
+    of what was typed, and checks the end state with the same expressions."""
+    pin = {"kind": "role", "role": "textbox", "name": "PIN"}
+    secrets = Secrets({"PIN": "Ada"})
+    steps = [
+        {**step("type", pin, text(""), text("{{PIN}}"), text="{{PIN}}"), "typed": secrets.segments("{{PIN}}")},
+        {**step("type", NAME, text(""), text("{{PIN}} Lovelace"), text="{{PIN}} Lovelace"),
+         "typed": secrets.segments("Ada Lovelace")},
+        {**step("type", GO, text(""), text("{{HOME}}"), text="{{HOME}}"), "typed": secrets.segments("{{HOME}}")},
+    ]  # fmt: skip
+    final = {"url": URL, "fields": [{"locator": pin, "state": text("{{PIN}}")},
+                                    {"locator": NAME, "state": text("{{PIN}} Lovelace")}]}  # fmt: skip
+    lines = body(compile_run(URL, steps, final).source)
+    assert 'page.get_by_role("textbox", name="PIN", exact=True).fill(os.environ["QVL_SECRET_PIN"])' in lines
+    assert 'page.get_by_role("textbox", name="Name", exact=True).fill("Ada Lovelace")' in lines
+    assert 'page.get_by_role("button", name="Go", exact=True).fill("{{HOME}}")' in lines  # undeclared: text
+    assert 'expect(page.get_by_role("textbox", name="Name", exact=True)).to_have_value("Ada Lovelace")' in lines
+    assert sum("QVL_SECRET_PIN" in line for line in lines) == 2  # its fill and its end-state check
