@@ -14,7 +14,8 @@ in the same bubblewrap sandbox as verification (`bubblewrap.run_sandboxed`) with
   never a hidden, runnable or instruction file;
 - **exit status** its own (None when the timeout ended it).
 
-All three are the `Grant`, handed to `before_start` before the script starts (the command prints it).
+These, and which limits hold its memory, are the `Grant`, handed to `before_start` before the script
+starts (the command prints it).
 Nothing here parses flags or prints. `binds` and `init_hooks` pass straight to `run_sandboxed`, for
 features built on replay (a channel into the sandbox, a hook inside it).
 """
