@@ -81,6 +81,8 @@ def parse_viewport(text: str) -> tuple[int, int]:
     return w, h
 
 
+SCREENSHOT_TRIES = 2
+
 # With a proxy: WebRTC may use no UDP path the proxy does not carry (Playwright already sends loopback
 # through the proxy too).
 CONFINED_ARGS = ("--webrtc-ip-handling-policy=disable_non_proxied_udp", "--force-webrtc-ip-handling-policy")
@@ -238,10 +240,15 @@ class BrowserExecutor:
     def observe(self) -> Screenshot:
         """The viewport in CSS pixels (so 0-1000 model coordinates map to CSS pixels)."""
         self._check_alive()
-        try:
-            png = self.page.screenshot(scale="css", type="png", animations="disabled", caret="initial")
-        except self._error_type as exc:
-            self._fail(exc)
+        for attempt in range(SCREENSHOT_TRIES):
+            try:
+                png = self.page.screenshot(scale="css", type="png", animations="disabled", caret="initial")
+                break
+            except self._error_type as exc:
+                # Chromium sometimes answers "Unable to capture screenshot" for a frame it had not painted
+                # yet on a busy machine; the next try gets one. Anything else, or twice, ends the run.
+                if attempt + 1 == SCREENSHOT_TRIES or "Unable to capture screenshot" not in str(exc):
+                    self._fail(exc)
         shot = load_image_bytes(png, name="page screenshot")
         return Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{self.page.url}")
 
