@@ -147,7 +147,8 @@ def hex_forms(value: str) -> list[str]:
 
 def _char_pattern(ch: str) -> str:
     """One character as it may appear: itself in either case, percent-encoded once or more (`%25` for
-    each `%` an encoder added), `+` for a space, a JSON escape (backslash, u, four hex digits) or an HTML character reference."""
+    each `%` an encoder added), `+` for a space, a JSON escape (backslash, u, four hex digits) or an HTML
+    character reference."""
     escaped = "".join(f"%(?:25)*{byte:02X}" for byte in ch.encode("utf-8", "surrogatepass"))
     options = [f"(?i:{re.escape(ch)})", f"(?i:{escaped})", f"&#(?:0*{ord(ch)}|(?i:x0*{ord(ch):x}));"]
     if ord(ch) < 0x10000:
