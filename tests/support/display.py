@@ -27,16 +27,15 @@ def tray_ready(display: str) -> bool:
     """Whether a system tray owns the display's tray selection (jwm takes it once it has started): a tray
     app started before that would find no tray, however long a fixed sleep waited on a loaded machine."""
     from Xlib import display as xdisplay
-    from Xlib.error import DisplayError
 
     try:
         conn = xdisplay.Display(display)
-    except DisplayError:
+        try:
+            return conn.get_selection_owner(conn.intern_atom("_NET_SYSTEM_TRAY_S0")) != 0
+        finally:
+            conn.close()
+    except Exception:  # not up yet, or gone (another Xvfb won its number): Xlib raises several kinds
         return False
-    try:
-        return conn.get_selection_owner(conn.intern_atom("_NET_SYSTEM_TRAY_S0")) != 0
-    finally:
-        conn.close()
 
 
 class VirtualDisplay:
@@ -47,21 +46,23 @@ class VirtualDisplay:
         self.procs: list[subprocess.Popen] = []
         self.display = ""
 
-    def start(self) -> str:
+    def start(self, attempts: int = 5) -> str:
+        """Start Xvfb on a display number it picks itself, and jwm; the display once jwm owns the tray.
+        Several Xvfb started at once (parallel workers, two runs on one machine) can race for one number,
+        and the loser exits: then a fresh one is started, up to `attempts` times."""
         if not shutil.which("Xvfb") or not shutil.which("jwm"):
             raise RuntimeError("Xvfb and jwm are needed: run scripts/setup (apt: xvfb jwm x11-utils).")
+        for _ in range(attempts):
+            if self._try_start():
+                return self.display
+            self.stop()
+        raise RuntimeError(f"No virtual display came up with jwm's tray in {attempts} tries.")
+
+    def _try_start(self) -> bool:
+        self.procs, self.display = [], ""
         rfd, wfd = os.pipe()
         xvfb = subprocess.Popen(
-            [
-                "Xvfb",
-                "-displayfd",
-                str(wfd),
-                "-screen",
-                "0",
-                f"{self.width}x{self.height}x24",
-                "-nolisten",
-                "tcp",
-            ],
+            ["Xvfb", "-displayfd", str(wfd), "-screen", "0", f"{self.width}x{self.height}x24", "-nolisten", "tcp"],
             pass_fds=(wfd,),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -71,20 +72,18 @@ class VirtualDisplay:
         with os.fdopen(rfd) as fh:
             number = fh.readline().strip()
         if not number:
-            self.stop()
-            raise RuntimeError("Xvfb did not start.")
+            return False
         self.display = f":{number}"
         env = dict(os.environ, DISPLAY=self.display)
         self.procs.append(
             subprocess.Popen(["jwm", "-f", str(JWMRC)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 15
         while not (display_works(self.display) and tray_ready(self.display)):
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"The virtual display {self.display} did not come up with jwm's tray.")
+            if xvfb.poll() is not None or time.monotonic() > deadline:
+                return False
             time.sleep(0.1)
-        return self.display
+        return xvfb.poll() is None
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
