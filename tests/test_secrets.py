@@ -77,20 +77,25 @@ def _replay_plainly(script, tmp_path, **secrets):
     )
 
 
+def _sign_in(tmp_path, server, user: str, password: str, *args: str, env=None):
+    """`browse` the login page with a model that types `user` and `password` into its fields and signs in."""
+    url = server.url + "/login.html"
+    at = element_centres(url, ["#username", "#password", "button"])
+    replies = [
+        click_at(at["#username"]), call(action="type", text=user),
+        click_at(at["#password"]), call(action="type", text=password),
+        click_at(at["button"]), call(action="terminate", status="success"),
+    ]  # fmt: skip
+    return _browse(tmp_path, url, replies, *args, env=env)
+
+
 def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path, server):
     """README's demo/demo login: the model types `demo` as the user name and {{PASSWORD}} (also "demo")
     as the password. The export reads the secret in the password field alone: replayed with another
     password, the user name is still demo."""
-    url = server.url + "/login.html"
-    at = element_centres(url, ["#username", "#password", "button"])
-    replies = [
-        click_at(at["#username"]), call(action="type", text="demo"),
-        click_at(at["#password"]), call(action="type", text="{{PASSWORD}}"),
-        click_at(at["button"]), call(action="terminate", status="success"),
-    ]  # fmt: skip
     script = tmp_path / "login.py"
-    result = _browse(tmp_path, url, replies, "--secret", "PASSWORD", "--export", str(script),
-                     env={"QVL_SECRET_PASSWORD": "demo"})  # fmt: skip
+    result = _sign_in(tmp_path, server, "demo", "{{PASSWORD}}", "--secret", "PASSWORD", "--export", str(script),
+                      env={"QVL_SECRET_PASSWORD": "demo"})  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert server.records("login") == [{"username": "demo", "password": "demo"}]
     source = script.read_text()
@@ -106,15 +111,8 @@ def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path
 def test_a_placeholder_the_run_did_not_declare_stays_text_and_reads_no_variable(tmp_path, server):
     """Without --secret, `{{PASSWORD}}` typed by the model (say, because the page asked for it) is text:
     the export types those characters, and a replay hands the page no variable of the person's."""
-    url = server.url + "/login.html"
-    at = element_centres(url, ["#username", "#password", "button"])
-    replies = [
-        click_at(at["#username"]), call(action="type", text="{{PASSWORD}}"),
-        click_at(at["#password"]), call(action="type", text="x {{HOME}}"),
-        click_at(at["button"]), call(action="terminate", status="success"),
-    ]  # fmt: skip
     script = tmp_path / "asked.py"
-    result = _browse(tmp_path, url, replies, "--export", str(script))
+    result = _sign_in(tmp_path, server, "{{PASSWORD}}", "x {{HOME}}", "--export", str(script))
     assert result.returncode == 0, result.stderr
     source = script.read_text()
     assert "QVL_SECRET" not in source and "os.environ[" not in source
