@@ -127,6 +127,17 @@ class Answer:
     kind: ClassVar[str] = "answer"
 
 
+@dataclass(frozen=True)
+class HandleDialog:
+    """Answer the dialog a web page opened (alert, confirm, prompt, beforeunload): accept it (OK) or dismiss
+    it (Cancel); `text` is what a prompt() gets when accepted. Only the browser has dialogs, and it asks for
+    this action when one opens (Playwright MCP's `browser_handle_dialog`)."""
+
+    accept: bool
+    text: str | None = None
+    kind: ClassVar[str] = "handle_dialog"
+
+
 Action = (
     Key
     | Type
@@ -142,10 +153,11 @@ Action = (
     | Wait
     | Terminate
     | Answer
+    | HandleDialog
 )
 
 POINTER_ACTIONS = (MouseMove, LeftClick, RightClick, MiddleClick, DoubleClick, TripleClick)
-ALL_ACTIONS = (*POINTER_ACTIONS, Key, Type, LeftClickDrag, Scroll, HScroll, Wait, Terminate, Answer)
+ALL_ACTIONS = (*POINTER_ACTIONS, Key, Type, LeftClickDrag, Scroll, HScroll, Wait, Terminate, Answer, HandleDialog)
 KINDS: dict[str, type] = {cls.kind: cls for cls in ALL_ACTIONS}
 FINAL_ACTIONS = (Terminate, Answer)
 
@@ -179,6 +191,10 @@ def to_arguments(action: Action) -> dict:
         args["status"] = action.status
     elif isinstance(action, Scroll | HScroll):
         args["pixels"] = _num(action.pixels)
+    elif isinstance(action, HandleDialog):
+        args["accept"] = action.accept
+        if action.text is not None:
+            args["text"] = action.text
     if isinstance(action, LeftClickDrag) and action.start_x is not None and action.start_y is not None:
         args["start_coordinate"] = [_num(action.start_x), _num(action.start_y)]
     if isinstance(action, (*POINTER_ACTIONS, LeftClickDrag, Scroll, HScroll)) and action.x is not None:
@@ -214,6 +230,9 @@ def describe(action: Action) -> str:
         return f"wait {_num(action.seconds)} s"
     if isinstance(action, Terminate):
         return f"terminate ({action.status})"
+    if isinstance(action, HandleDialog):
+        text = f" with {action.text!r}" if action.accept and action.text is not None else ""
+        return f"handle_dialog {'accept' if action.accept else 'dismiss'}{text}"
     if isinstance(action, Scroll | HScroll):
         where = f" at ({_num(action.x)}, {_num(action.y)})" if action.x is not None else ""
         return f"{action.kind} {_num(action.pixels)}{where}"

@@ -21,6 +21,13 @@ the model's actions stay in order, each with what it did.
 
 Parse and action errors go back to the model as the next observation (at most `max_retries` in a row);
 `terminate` and `answer` end the run; the emergency stop, `max_steps` and the per-step timeout end it too.
+A page's dialog (browser runs only) blocks the page while the action that opened it is still running,
+so the executor asks for the answer on the spot (`DialogSource`): the agent takes one model turn with the
+dialog as the observation (the latest screenshot and `prompts/<prompt>_dialog.txt`), and that turn is a
+step of its own in the trace. Its answer is a `handle_dialog` action; any other reply, the step limit,
+the stop switch or the per-step timeout dismiss the dialog (Playwright's own default), said in the trace;
+a stop or a timeout then ends the run once the action returns.
+
 Capture and engine errors end the run with status "error"; Ctrl+C ends it as "interrupted", with its
 trace closed like any other run's. A dry run (the dry-run executor) says so in its result, with the actions
 that would have run. This module imports no torch, Qt, pyautogui or Playwright.
@@ -36,7 +43,7 @@ from dataclasses import dataclass, field, replace
 
 from qvl_agent import actions as A
 from qvl_agent import prompts
-from qvl_agent.act.base import ActionResult, Executor
+from qvl_agent.act.base import ActionResult, Dialog, DialogSource, Executor
 from qvl_agent.act.guard import Guard, Pixels, describe_pixels
 from qvl_agent.engine.base import Engine, GenerationOptions, Session
 from qvl_agent.errors import ActionError, EmergencyStop, GenerationCancelled, ParseError, QvlError
@@ -86,7 +93,8 @@ class RunResult:
 class AgentEvent:
     """Something the person may want to see. kinds: "step" (a new screenshot is with the model),
     "reply" (the model's whole reply), "action" (about to run; `pixels` says where), "result",
-    "error" (fed back to the model), "done" (`message` holds the RunResult status)."""
+    "error" (fed back to the model), "dialog" (a page's dialog and its answer, in `message`),
+    "done" (`message` holds the RunResult status)."""
 
     kind: str
     step: int
@@ -153,6 +161,11 @@ class Agent:
         self.rebuilds = 0
         self._without_images: list[str] = []  # per turn of the run: its text once its screenshot is gone
         self._would_do: list[str] = []  # a dry run's actions, as the person would read them
+        self._steps = 0  # steps taken so far, a dialog's turn included
+        self._last_shot: tuple[Screenshot, str] | None = None  # the latest screenshot and its trace file
+        self._deferred: BaseException | None = None  # a stop or timeout met while answering a dialog
+        self._dialog_records: list[dict] = []  # dialog steps, written after the step they interrupted
+        self._record: dict | None = None  # the step under way
 
     # --- prompts and context --------------------------------------------------------------------------
 
@@ -242,6 +255,10 @@ class Agent:
         self.session = None
         self._without_images = []
         self._would_do = []
+        self._steps, self._last_shot, self._deferred, self._dialog_records = 0, None, None, []
+        unasked = []
+        if isinstance(self.executor, DialogSource):
+            unasked = self.executor.answer_dialogs_with(self._answer_dialog)
         result = RunResult(
             "limit", steps=self.max_steps, message=f"The task was not done within {self.max_steps} steps."
         )
@@ -253,9 +270,13 @@ class Agent:
         retries = 0
         step = 0
         try:
-            while step < self.max_steps:
-                step += 1
-                outcome, observation, retries = self._step(step, observation, retries)
+            for record in unasked:  # opened by the first page's load, before anyone could be asked
+                self._emit("dialog", 0, message=f"{_dialog_line(record)} (before the run started)")
+            while self._steps < self.max_steps:
+                self._steps += 1
+                step = self._steps
+                outcome, observation, retries = self._step(step, observation, retries, unasked)
+                unasked = []
                 if outcome is not None:
                     result = outcome
                     break
@@ -271,8 +292,11 @@ class Agent:
             where = f"in step {step}" if step else "before the first step"
             result = RunResult("interrupted", steps=step, message=f"Interrupted (Ctrl+C) {where}.")
         finally:
+            if isinstance(self.executor, DialogSource):
+                self.executor.answer_dialogs_with(None)  # dismissed from now on: no model to ask
             if self.session is not None:
                 self.session.close()
+            self._write_dialog_steps()
         extra = {}
         if self.executor.name == "dry-run":
             result = replace(result, dry_run=True, would_do=tuple(self._would_do))
@@ -284,14 +308,20 @@ class Agent:
         self._emit("done", result.steps, message=result.status)
         return result
 
-    def _step(self, step: int, observation: Observation, retries: int) -> tuple[RunResult | None, Observation, int]:
+    def _step(
+        self, step: int, observation: Observation, retries: int, unasked: list[dict] = ()
+    ) -> tuple[RunResult | None, Observation, int]:
         """One step. Returns (the run's result when it ended, the next observation, retries so far)."""
         record: dict = {"step": step, "observation": observation.text, "actions": [], "results": []}
+        self._record = record
+        if unasked:
+            record["dialogs_before"] = [dict(d, why="dismissed: it opened before the run started") for d in unasked]
         timings: dict = {}
         t0 = time.perf_counter()
         try:
             self.guard.switch.check()
             shot = self.executor.observe()
+            self._raise_deferred()
             timings["capture_ms"] = (time.perf_counter() - t0) * 1000
             if getattr(self.executor, "reused_capture", False):
                 record["capture"] = "reused"  # the screen grabbed while waiting for it to settle: no new grab
@@ -306,6 +336,7 @@ class Agent:
                 t = time.perf_counter()
                 record["screenshot"] = self.trace.screenshot(step, shot)
                 timings["trace_png_ms"] = (time.perf_counter() - t) * 1000
+            self._last_shot = (shot, record.get("screenshot", ""))
             if self.session is None:
                 self.session = self._open()
             elif self._images_in_context() >= self.max_images:
@@ -334,6 +365,7 @@ class Agent:
                 return finished, observation, 0
             t = time.perf_counter()
             self.executor.wait_until_settled(self.settle_timeout_s)
+            self._raise_deferred()
             timings["settle_ms"] = (time.perf_counter() - t) * 1000
             results = "\n".join(f"{r['action']}: {r['message']}" for r in record["results"])
             return None, self._observation("_step", results, results=results), 0
@@ -345,6 +377,7 @@ class Agent:
             record["timings"] = {k: round(v, 2) for k, v in timings.items()}
             if self.trace:
                 self.trace.step(record)
+            self._write_dialog_steps()
 
     def _retry(self, step: int, record: dict, error: str, retries: int) -> tuple[RunResult | None, Observation, int]:
         record["error"] = error
@@ -390,7 +423,13 @@ class Agent:
                 result = ActionResult(True, f"waited {action.seconds:g} s")
             else:
                 try:
+                    if isinstance(action, A.HandleDialog):
+                        raise ActionError(
+                            "No dialog is open: handle_dialog answers a dialog, and you are asked for it when "
+                            "the page opens one."
+                        )
                     result = self.executor.execute(self.secrets.reveal_action(action), shot)
+                    self._raise_deferred()
                 except ActionError as exc:
                     message = self.secrets.mask(str(exc))
                     points = [list(p) for p in pixels]
@@ -418,3 +457,111 @@ class Agent:
         if answer is not None:
             return RunResult("success", answer, step, "The model answered.")
         return None
+
+    # --- a page's dialog ------------------------------------------------------------------------------
+
+    def _raise_deferred(self) -> None:
+        """Raise the stop or timeout met while a dialog was being answered (now that Playwright returned)."""
+        if self._deferred is not None:
+            exc, self._deferred = self._deferred, None
+            raise exc
+
+    def _write_dialog_steps(self) -> None:
+        records, self._dialog_records = self._dialog_records, []
+        if self.trace:
+            for record in records:
+                self.trace.step(record)
+
+    def _answer_dialog(self, dialog: Dialog) -> A.HandleDialog:
+        """The executor's question while a dialog blocks the page: one model turn, recorded as a step of its
+        own. Never raises (Playwright's event dispatch runs it): a stop or a timeout is kept for
+        `_raise_deferred`, and the dialog is dismissed."""
+        seen = self.secrets.mask(
+            {"type": dialog.kind, "message": dialog.message, "default": dialog.default, "url": dialog.url}
+        )
+        if self._deferred is not None or self._steps >= self.max_steps or self._last_shot is None:
+            why = "the step limit was reached" if self._last_shot else "it opened before the first screenshot"
+            why = "the run is ending" if self._deferred is not None else why
+            note = dict(seen, accept=False, why=f"dismissed: {why}")
+            if self._record is not None:  # the step it interrupted shows it
+                self._record.setdefault("dialogs", []).append(note)
+            self._emit("dialog", self._steps, message=f"{_dialog_line(note)} ({why})")
+            return A.HandleDialog(False)
+        self._steps += 1
+        step = self._steps
+        shot, screenshot = self._last_shot
+        observation = self._observation("_dialog", "", **_fields(seen, dialog.during))
+        observation = replace(observation, without_image=self._prompt("_omitted", said=observation.text))
+        record: dict = {"step": step, "observation": observation.text, "dialog": seen}
+        if screenshot:
+            record["screenshot"] = screenshot  # the page behind the dialog, as the model last saw it
+        t0 = time.perf_counter()
+        choice, revealed, why = A.HandleDialog(False), A.HandleDialog(False), ""
+        try:
+            self.guard.switch.check()
+            if self.session is None:
+                self.session = self._open()
+            elif self._images_in_context() >= self.max_images:
+                self.session = self._rebuild()
+                record["context_rebuilt"] = True
+            self._emit("step", step, shot=shot)
+            reply = self._ask(observation, shot)
+            record["reply"] = reply
+            self._emit("reply", step, message=reply)
+            try:
+                actions = parse_actions(reply)
+            except ParseError as exc:
+                actions, why = [], f"the reply could not be read: {exc}"
+            if len(actions) == 1 and isinstance(actions[0], A.HandleDialog):
+                self.guard.check(actions[0], shot)  # confirm mode asks; a no stops the run
+                text = actions[0].text
+                revealed = replace(actions[0], text=self.secrets.reveal(text) if text is not None else None)
+                choice = actions[0]
+            elif actions:
+                why = f"the reply was {A.describe(actions[0])}, not one handle_dialog"
+        except ActionError as exc:  # an unknown secret's placeholder in the text
+            why = str(exc)
+        except (QvlError, _StepTimeout, GenerationCancelled, KeyboardInterrupt) as exc:
+            self._deferred = exc
+            why = {_StepTimeout: "the step took too long", KeyboardInterrupt: "interrupted (Ctrl+C)"}.get(
+                type(exc), "the run was stopped"
+            )
+        answered = dict(seen, accept=choice.accept, **({"text": choice.text} if choice.text is not None else {}))
+        message = _dialog_line(answered) + (f" ({why})" if why else "")
+        if why:
+            record["error"] = why
+        if dialog.during:
+            answered["during"] = dialog.during
+        record["actions"] = [A.to_arguments(choice)]
+        record["results"] = [
+            {"action": A.describe(choice), "ok": True, "message": message, "detail": {"dialog": answered}}
+        ]
+        record["timings"] = {"total_ms": round((time.perf_counter() - t0) * 1000, 2)}
+        self._dialog_records.append(record)
+        self._emit("dialog", step, message=message)
+        return revealed
+
+
+def json_text(text: str) -> str:
+    """A page's text for the prompt: in double quotes, escaped as JSON, so it cannot pass for our words."""
+    import json
+
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _fields(seen: dict, during: str) -> dict:
+    """The dialog prompt's values: the page's words quoted as JSON, so they cannot pass for ours."""
+    return {
+        "kind": seen["type"],
+        "message": json_text(seen["message"]),
+        "default": f" (its default text: {json_text(seen['default'])})" if seen["default"] else "",
+        "during": f"while {during} was running" if during else "while no action of yours was running",
+    }
+
+
+def _dialog_line(record: dict) -> str:
+    """`confirm "Delete?": accepted` for a recorded dialog and its answer; safe to print."""
+    how = "accepted" if record.get("accept") else "dismissed"
+    if record.get("accept") and "text" in record:
+        how += f" with {record['text']!r}"
+    return A.printable(f"{record['type']} dialog {json_text(record['message'])}: {how}")

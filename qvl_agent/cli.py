@@ -202,6 +202,8 @@ def print_event(event, prefix: str = "") -> None:
         print(f"step {event.step}: {prefix}{describe_pixels(event.action, list(event.pixels))}", flush=True)
     elif event.kind == "error":
         print(f"step {event.step}: {prefix}not carried out: {printable(event.message)}", flush=True)
+    elif event.kind == "dialog":
+        print(f"step {event.step}: {prefix}{printable(event.message)}", flush=True)
 
 
 def print_result(result, trace_dir, prefix: str = "") -> None:

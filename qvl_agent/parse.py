@@ -283,6 +283,8 @@ def action_from_arguments(args: dict) -> A.Action:
         if "coordinate" in args and args["coordinate"] is not None:
             return cls(pixels, *_point(args["coordinate"], kind))
         return cls(pixels)
+    if cls is A.HandleDialog:
+        return _handle_dialog(args)
     if cls is A.Wait:
         if "time" not in args:
             raise ParseError('wait needs "time": the seconds to wait.')
@@ -295,6 +297,18 @@ def action_from_arguments(args: dict) -> A.Action:
     if status not in ("success", "failure"):
         raise ParseError(f'terminate needs "status": "success" or "failure", not {status!r}.')
     return A.Terminate(status)
+
+
+def _handle_dialog(args: dict) -> A.HandleDialog:
+    accept = args.get("accept")
+    if isinstance(accept, str) and accept.strip().lower() in ("true", "false"):
+        accept = accept.strip().lower() == "true"
+    if not isinstance(accept, bool):
+        raise ParseError(f'handle_dialog needs "accept": true (OK) or false (Cancel), not {_shown(accept)}.')
+    text = args.get("text", args.get("promptText"))
+    if text is not None and not isinstance(text, str):
+        raise ParseError('handle_dialog\'s "text" (what a prompt() gets) must be a string.')
+    return A.HandleDialog(accept, text)
 
 
 def _arguments(call, where: str) -> dict:

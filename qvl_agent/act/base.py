@@ -9,10 +9,11 @@ confirmation, confinement and the emergency stop belong to `act.guard`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from qvl_agent.actions import Action
+from qvl_agent.actions import Action, HandleDialog
 from qvl_agent.image import Screenshot
 
 
@@ -50,4 +51,35 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Release what the executor holds (held keys/buttons, a browser)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Dialog:
+    """A dialog a web page opened: `kind` is Playwright's type (alert, confirm, prompt, beforeunload),
+    `default` a prompt's default text; `during` the action that was in flight when it opened ("" when none
+    was: the page's load or a timer)."""
+
+    kind: str
+    message: str
+    default: str = ""
+    url: str = ""
+    during: str = ""
+
+    def describe(self) -> str:
+        """One line for a person or the model, e.g. `a confirm dialog: "Delete the note?"`."""
+        return f"{'an' if self.kind[:1] in 'aeiou' else 'a'} {self.kind} dialog: {self.message!r}"
+
+
+DialogAnswer = Callable[[Dialog], HandleDialog]
+
+
+@runtime_checkable
+class DialogSource(Protocol):
+    """An executor whose page can open dialogs (the browser). The page is blocked until a dialog is
+    answered, so the answer is asked for on the spot, while the action that opened it is still in flight."""
+
+    def answer_dialogs_with(self, answer: DialogAnswer | None) -> list[dict]:
+        """Answer each dialog from now on with `answer` (None: dismiss it); returns the dialogs that were
+        dismissed before, as they were recorded (the page's first load opens them before the run starts)."""
         ...

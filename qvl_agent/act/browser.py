@@ -8,6 +8,13 @@ under the point to a robust locator; it goes into `ActionResult.detail` (and so 
 with the element's state before and after (whether the page listens to key events there included) and
 the point inside the element, which is what `export` compiles into a replayable script.
 
+A dialog (alert, confirm, prompt, beforeunload) blocks its page until it is answered, and Playwright's
+sync API runs the handler while the action that opened it is still in flight: every dialog of every tab
+is answered on the spot by the callback the agent gave (`answer_dialogs_with`: one model turn), or
+dismissed when there is none (the first page's load, before the run starts). None is accepted unasked.
+Each one, with the answer, goes into the detail of the action in flight (`"dialogs"`, what `export`
+expects before that step) and into that action's message, which the model reads next.
+
 A browser that closes, a page that crashes or a page whose server stopped answering raise `BrowserError`
 with one sentence; the run stops there and its trace stays complete.
 
@@ -21,7 +28,7 @@ import time
 from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
-from qvl_agent.act.base import ActionResult
+from qvl_agent.act.base import ActionResult, Dialog, DialogAnswer
 from qvl_agent.act.confine import HostProxy
 from qvl_agent.act.keys import PLAYWRIGHT, canonical
 from qvl_agent.act.netguard import NetworkGuard, allowed_host
@@ -118,6 +125,10 @@ class BrowserExecutor:
         self._failed_navigation = ""
         self._touched: list[tuple[object, Located]] = []  # (the page it is on, the element)
         self._text_before_last_click: str | None = None
+        self._answer: DialogAnswer | None = None
+        self._acting = ""  # the action in flight, as `describe` writes it
+        self._action_dialogs: list[dict] = []  # answered while that action was in flight
+        self._unasked: list[dict] = []  # dismissed before anyone could be asked
         # --allow-domain: navigations to other hosts are aborted and reported with the next action's result;
         # secrets go to allowed hosts only; the MCP server keeps runs off local addresses (`netguard`).
         start_host = urlsplit(url).hostname
@@ -151,6 +162,7 @@ class BrowserExecutor:
             self.context.add_init_script(_MUTATION_CLOCK)
             self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
+            self.context.on("dialog", self._on_dialog)  # every tab's, also one opened later
             if self._guard.active:
                 self.context.route("**/*", self._guard.handle)
             self.page = self.context.new_page()
@@ -175,10 +187,41 @@ class BrowserExecutor:
         self._watched.append(page)
         page.on("crash", lambda _p: self._mark_dead("The page crashed during the run."))
         page.on("close", lambda p: self._on_close(p))
-        page.on("dialog", lambda d: d.accept())  # an alert would block every later action
         page.on("request", lambda r: self._inflight.add(r))
         page.on("requestfinished", lambda r: self._inflight.discard(r))
         page.on("requestfailed", self._on_request_failed)
+
+    def answer_dialogs_with(self, answer: DialogAnswer | None) -> list[dict]:
+        """Answer each dialog from now on through `answer` (None: dismiss); returns those dismissed so far."""
+        self._answer = answer
+        unasked, self._unasked = self._unasked, []
+        return unasked
+
+    def _on_dialog(self, dialog) -> None:
+        """Answer a dialog at once (its page is blocked until then). Never raises: this runs inside
+        Playwright's event dispatch, where an exception would leave the dialog open and the action hanging."""
+        try:
+            url = dialog.page.url if dialog.page is not None else ""
+        except self._error_type:
+            url = ""
+        seen = Dialog(dialog.type, dialog.message, dialog.default_value, url, self._acting)
+        choice = self._answer(seen) if self._answer is not None else A.HandleDialog(False)
+        try:
+            if choice.accept and choice.text is not None and seen.kind == "prompt":
+                dialog.accept(choice.text)
+            elif choice.accept:
+                dialog.accept()
+            else:
+                dialog.dismiss()
+        except self._error_type:
+            pass  # its page closed meanwhile
+        record = {"type": seen.kind, "message": seen.message, "accept": choice.accept}
+        if choice.accept and choice.text is not None and seen.kind == "prompt":
+            record["text"] = choice.text
+        if self._answer is None:
+            self._unasked.append(record)
+        elif self._acting:
+            self._action_dialogs.append(record)
 
     def _adopt(self, page) -> None:
         """A link that opens a new tab: the run follows it, as a person would."""
@@ -281,11 +324,17 @@ class BrowserExecutor:
         if self._tab():  # the exporter follows the run into a tab it opened (or back)
             detail["tab"] = self._tab()
         self._last_url = detail["url"]
+        self._acting, self._action_dialogs = A.describe(action), []
         try:
             self._perform(action, shot, detail)
         except self._error_type as exc:
             self._fail(exc)
+        finally:
+            self._acting = ""
         message = "done"
+        if self._action_dialogs:  # what export expects before this step, and what the model reads next
+            detail["dialogs"] = self._action_dialogs
+            message += "".join(f"; {answered(d)}" for d in self._action_dialogs)
         if self._guard.active:
             try:
                 self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
@@ -508,6 +557,15 @@ class BrowserExecutor:
         if self._tab():
             final["tab"] = self._tab()
         return final
+
+
+def answered(record: dict) -> str:
+    """ "it opened a confirm dialog 'Delete?', which was accepted" for a recorded dialog."""
+    dialog = Dialog(record["type"], record["message"])
+    how = "accepted" if record["accept"] else "dismissed"
+    if "text" in record:
+        how += f" with the text {record['text']!r}"
+    return f"it opened {dialog.describe()}, which was {how}"
 
 
 def _first_line(exc: Exception) -> str:

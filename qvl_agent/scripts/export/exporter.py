@@ -12,6 +12,12 @@ using Playwright's sync API, importing nothing from qvl_agent, that
     click would act elsewhere; keys the page listens to stay key presses; only a click whose element had
     no unique locator falls back to the recorded CSS pixel,
   - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
+  - answers each dialog the run answered (alert, confirm, prompt, beforeunload): the step that opened it
+    is preceded by `DIALOGS.expect(type, message, accept[, text])`, and the one handler of every tab
+    (`Dialogs.answer`) answers the next expected dialog as recorded when its type and message are the
+    recorded ones; any other dialog is dismissed and fails the replay with a sentence quoting its message
+    (after the step, since raising inside Playwright's event dispatch would hang the page), as does a
+    recorded dialog that never opened,
   - replays only what had effect: a step whose navigation the run blocked (`--allow-domain`) is a comment,
   - waits the way Playwright recommends: auto-waiting locator actions, `expect(page).to_have_url` after a
     step that navigated, the close event of a tab that closes itself, never fixed sleeps; every wait and
@@ -89,6 +95,43 @@ from playwright.sync_api import Error, expect, sync_playwright
 START_URL = {start_url}
 VIEWPORT = {{"width": {width}, "height": {height}}}
 CHROMIUM_ARGS = {chromium_args}
+START_DIALOGS = {start_dialogs}
+
+
+class Dialogs:
+    """Answers every dialog of the run's tabs: the one expected next, when its type and message are the
+    recorded ones, as the run answered it; any other is dismissed and fails the replay (`check`)."""
+
+    def __init__(self, expected):
+        self.expected = [tuple(dialog) for dialog in expected]
+        self.unexpected = []
+
+    def expect(self, kind, message, accept, text=None):
+        self.expected.append((kind, message, accept, text))
+
+    def answer(self, dialog):
+        if self.expected and self.expected[0][:2] == (dialog.type, dialog.message):
+            accept, text = self.expected.pop(0)[2:]
+            if not accept:
+                dialog.dismiss()
+            elif text is None:
+                dialog.accept()
+            else:
+                dialog.accept(text)
+        else:
+            self.unexpected.append("the page opened an unexpected " + dialog.type + " dialog " + repr(dialog.message)
+                                   + " (it was dismissed)")
+            dialog.dismiss()
+
+    def check(self):
+        if self.unexpected:
+            raise AssertionError(self.unexpected[0])
+        if self.expected:
+            raise AssertionError("the recorded " + self.expected[0][0] + " dialog " + repr(self.expected[0][1])
+                                 + " did not open")
+
+
+DIALOGS = Dialogs(START_DIALOGS)  # the start page's, while it loads
 
 
 def replay(page, origin):
@@ -117,10 +160,13 @@ def main():
             page = browser.new_page(viewport=VIEWPORT)
             page.context.set_default_timeout(args.timeout * 1000)  # every tab the run opens waits as long
             expect.set_options(timeout=args.timeout * 1000)
-            page.on("dialog", lambda dialog: dialog.accept())
+            page.context.on("dialog", DIALOGS.answer)  # every tab's dialogs
             page.goto(args.url)
             replay(page, origin)
+            DIALOGS.check()
         except (AssertionError, Error) as exc:
+            if DIALOGS.unexpected:  # what made the step fail, or the page take another way
+                exc = AssertionError(DIALOGS.unexpected[0])
             print("Replay failed: " + str(exc).strip().splitlines()[0], file=sys.stderr)
             return 1
         finally:
@@ -158,6 +204,19 @@ def _url_expr(url: str, origin: str) -> str:
     return f"re.compile({lit('^' + pattern)})"
 
 
+def _dialog_args(dialog: dict) -> list:
+    """A recorded dialog and its answer: [type, message, accept] and the text a prompt got."""
+    args = [str(dialog["type"]), str(dialog["message"]), bool(dialog["accept"])]
+    if dialog.get("accept") and isinstance(dialog.get("text"), str):
+        args.append(dialog["text"])
+    return args
+
+
+def _expect_dialog(dialog: dict) -> str:
+    """`DIALOGS.expect(...)` for a recorded dialog and its answer; every value through `lit`."""
+    return f"DIALOGS.expect({', '.join(lit(arg) for arg in _dialog_args(dialog))})"
+
+
 def _loose(text: str) -> str:
     """A pattern for `text` where each placeholder matches whatever the page put there."""
     return r"[^/?#&]*".join(re.escape(part) for part in PLACEHOLDER.split(text)[::2])
@@ -174,6 +233,7 @@ def _reference_source() -> str:
         width=1,
         height=1,
         chromium_args="[]",
+        start_dialogs="[]",
         body="    pass",
     )
 
@@ -186,9 +246,11 @@ def compile_run(
     task: str = "",
     viewport: tuple[int, int] = (1280, 800),
     filename: str = "replay.py",
+    start_dialogs: list[dict] = (),
 ) -> Compiled:
     """Python source replaying `steps` (each {"kind", "ok", "detail", "describe"}, and "step", the run's step
-    number, for the comments) from `start_url`. Raises InputError (one sentence) for a run it will not write,
+    number, for the comments) from `start_url`; `start_dialogs` are those the start page opened while it
+    loaded (dismissed, before the first step). Raises InputError (one sentence) for a run it will not write,
     before anything is written."""
     origin = _origin(start_url)
 
@@ -203,6 +265,12 @@ def compile_run(
         if not step.get("ok", True) or not step.get("detail"):
             continue
         detail = step["detail"]
+        if step["kind"] == "handle_dialog":  # one no action of the run opened (the page's timer)
+            if "during" not in detail.get("dialog", {}):
+                compiler.add(Op([_expect_dialog(detail["dialog"])], comment=f"step {n}: a dialog of the page"))
+            continue
+        if detail.get("dialogs"):  # answered while this step's action ran: expected before it
+            compiler.add(Op([_expect_dialog(d) for d in detail["dialogs"]]))
         if detail.get("blocked"):  # the run refused where it led (--allow-domain): it had no effect there
             hosts = ", ".join(str(host) for host in detail["blocked"])
             why = f"not replayed: the run blocked its navigation to {hosts}"
@@ -245,6 +313,7 @@ def compile_run(
         width=lit(int(viewport[0])),
         height=lit(int(viewport[1])),
         chromium_args=lit(SCRIPT_CHROMIUM_ARGS),
+        start_dialogs=lit([_dialog_args(d) for d in start_dialogs]),
         body=body,
     )
     check_export(source, _reference_source())  # run data can never have become code
@@ -340,4 +409,8 @@ def export_trace(
     steps = steps_from_trace(trace, typed)
     viewport = tuple(info.get("viewport") or (1280, 800))
     task = trace.run.get("task", "")
-    return export_run(path, info["url"], steps, info.get("final"), task=task, viewport=viewport, replace=replace)
+    start_dialogs = trace.steps[0].get("dialogs_before", []) if trace.steps else []
+    return export_run(
+        path, info["url"], steps, info.get("final"), task=task, viewport=viewport, replace=replace,
+        start_dialogs=start_dialogs,
+    )  # fmt: skip
