@@ -325,13 +325,7 @@ class Agent:
             timings["capture_ms"] = (time.perf_counter() - t0) * 1000
             if getattr(self.executor, "reused_capture", False):
                 record["capture"] = "reused"  # the screen grabbed while waiting for it to settle: no new grab
-            record["screen"] = {
-                "left": shot.left,
-                "top": shot.top,
-                "width": shot.width,
-                "height": shot.height,
-                "scale": shot.scale,
-            }
+            record["screen"] = _screen(shot)
             if self.trace:
                 t = time.perf_counter()
                 record["screenshot"] = self.trace.screenshot(step, shot)
@@ -495,6 +489,7 @@ class Agent:
         record: dict = {"step": step, "observation": observation.text, "dialog": seen}
         if screenshot:
             record["screenshot"] = screenshot  # the page behind the dialog, as the model last saw it
+            record["screen"] = _screen(shot)
         t0 = time.perf_counter()
         choice, revealed, why = A.HandleDialog(False), A.HandleDialog(False), ""
         try:
@@ -540,6 +535,10 @@ class Agent:
         self._dialog_records.append(record)
         self._emit("dialog", step, message=message)
         return revealed
+
+
+def _screen(shot: Screenshot) -> dict:
+    return {"left": shot.left, "top": shot.top, "width": shot.width, "height": shot.height, "scale": shot.scale}
 
 
 def json_text(text: str) -> str:

@@ -157,6 +157,34 @@ def _heal_html(step: dict) -> str:
     return f'<div class="{"heal failed" if problem else "heal"}"><h3>{_e(title)}</h3><table>{body}</table></div>'
 
 
+def _dialog_text(dialog: dict) -> str:
+    how = "accepted" if dialog.get("accept") else "dismissed"
+    if dialog.get("accept") and isinstance(dialog.get("text"), str):
+        how += f" with the text {dialog['text']!r}"
+    why = f" ({dialog['why']})" if dialog.get("why") else ""
+    return (
+        f"{dialog.get('type', '?')} dialog {json.dumps(str(dialog.get('message', '')), ensure_ascii=False)}: {how}{why}"
+    )
+
+
+def _dialogs_html(step: dict) -> str:
+    """A browser run's dialogs in this step: the one this step answered, those its actions opened, and
+    those dismissed without a turn (the start page's, or past the step limit)."""
+    items = []
+    if isinstance(step.get("dialog"), dict):
+        answered = (step.get("results") or [{}])[0].get("detail", {}).get("dialog", step["dialog"])
+        during = f" — opened while {answered['during']} ran" if answered.get("during") else ""
+        items.append(f"This step answers the {_dialog_text(answered)}{during}")
+    for result in step.get("results") or []:
+        for dialog in (result.get("detail") or {}).get("dialogs") or []:
+            items.append(f"{result.get('action', '')} opened a {_dialog_text(dialog)}")
+    for dialog in [*(step.get("dialogs_before") or []), *(step.get("dialogs") or [])]:
+        items.append(f"A {_dialog_text(dialog)}")
+    if not items:
+        return ""
+    return '<h3>Dialogs</h3><ul class="dialogs">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
+
+
 def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     """(the step's section, its timeline thumbnail)."""
     n = _e(step.get("step", "?"))
@@ -187,7 +215,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
         f"<li><code>{_e(json.dumps(a, ensure_ascii=False))}</code></li>" for a in step.get("actions") or []
     )
     error = f'<p class="error">Fed back to the model: {_e(step["error"])}</p>' if step.get("error") else ""
-    error += _heal_html(step)
+    error += _heal_html(step) + _dialogs_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
         f'<h2>Step {n}<span class="timings">{_e(_timings(step))}</span></h2>{picture}'

@@ -60,3 +60,54 @@ def test_a_confirm_goes_to_the_model_is_recorded_and_replays_exactly(tmp_path, s
     extra = replay_script(tmp_path / "out.py", "--timeout", "3", "--url", url + "?variant=extra")
     assert extra.returncode == 1
     assert "unexpected alert dialog 'Unexpected \"news\"!\\nSecond line'" in extra.stderr
+
+
+def test_a_prompt_s_text_a_dismissal_and_a_hostile_message_export_as_literals_and_replay(tmp_path, server, at):
+    url = server.url + "/dialogs.html"
+    replies = [
+        click_at(at["#rename"]),
+        call(action="handle_dialog", accept=True, text='weekly "shop"\n'),
+        click_at(at["#odd"]),
+        call(action="handle_dialog", accept=False),
+        call(action="terminate", status="success"),
+    ]
+    result = browse(tmp_path, url, replies, "Rename the note")
+    assert result.returncode == 0, result.stderr
+    odd = '"); import os #\n\'\'\' """ \\x41 \u2028 {{NOPE}} end'
+    dialogs = [s["results"][0]["detail"].get("dialogs") for s in read_trace(tmp_path / "trace").steps[0:4:2]]
+    assert dialogs == [
+        [{"type": "prompt", "message": "New name for the note:", "accept": True, "text": 'weekly "shop"\n'}],
+        [{"type": "confirm", "message": odd, "accept": False}],
+    ]
+    source = exported(tmp_path)  # the gate passed it
+    assert 'DIALOGS.expect("prompt", "New name for the note:", True, "weekly \\"shop\\"\\n")' in source
+    expects = [line.strip() for line in source.splitlines() if line.strip().startswith("DIALOGS.expect(")]
+    assert len(expects) == 2 and "import os #" in expects[1] and expects[1].endswith(", False)")
+    assert "os.environ" not in expects[1]  # {{NOPE}} is no declared secret: text, as the page wrote it
+    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    assert replayed.returncode == 0, replayed.stderr + "\n" + source
+
+
+def test_a_timer_s_dialog_a_reply_that_is_no_answer_and_the_start_page_s_dialog(tmp_path, server, at):
+    url = server.url + "/dialogs.html?variant=load"
+    replies = [
+        click_at(at["#later"]),  # its alert opens 0.1 s later, while the page settles: no action in flight
+        call(action="left_click", coordinate=[10, 10]),  # not an answer: the alert is dismissed
+        click_at(at["#delete"]),
+        call(action="handle_dialog", accept=False),
+        call(action="terminate", status="success"),
+    ]
+    result = browse(tmp_path, url, replies, "Keep the note")
+    assert result.returncode == 0, result.stderr
+    assert 'step 0: alert dialog "Welcome back": dismissed (before the run started)' in result.stdout
+    assert 'step 2: alert dialog "Time to shop": dismissed (the reply was left_click at (10, 10)' in result.stdout
+    steps = read_trace(tmp_path / "trace").steps
+    assert steps[0]["dialogs_before"][0]["message"] == "Welcome back"
+    assert steps[1]["dialog"]["message"] == "Time to shop" and "not one handle_dialog" in steps[1]["error"]
+    assert "during" not in steps[1]["results"][0]["detail"]["dialog"]
+    source = exported(tmp_path)
+    assert 'START_DIALOGS = [["alert", "Welcome back", False]]' in source
+    assert 'DIALOGS.expect("alert", "Time to shop", False)' in source
+    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    assert replayed.returncode == 0, replayed.stderr + "\n" + source
+    assert "Note kept" in source  # the end state the dismissal led to is checked

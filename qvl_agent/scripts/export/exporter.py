@@ -13,11 +13,12 @@ using Playwright's sync API, importing nothing from qvl_agent, that
     no unique locator falls back to the recorded CSS pixel,
   - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
   - answers each dialog the run answered (alert, confirm, prompt, beforeunload): the step that opened it
-    is preceded by `DIALOGS.expect(type, message, accept[, text])`, and the one handler of every tab
-    (`Dialogs.answer`) answers the next expected dialog as recorded when its type and message are the
-    recorded ones; any other dialog is dismissed and fails the replay with a sentence quoting its message
-    (after the step, since raising inside Playwright's event dispatch would hang the page), as does a
-    recorded dialog that never opened,
+    is preceded by `DIALOGS.expect(type, message, accept[, text])` (the start page's are `START_DIALOGS`),
+    and the one handler of every tab (`Dialogs.answer`) answers a dialog expected by then as recorded (the
+    earliest with that type and message: a timer's dialog may come after a later step's); any other is
+    dismissed and fails the replay with a sentence quoting its message, once the step returns (raising
+    inside Playwright's event dispatch would leave the page blocked), as does a recorded one that never
+    opened (waited for up to --timeout at the end),
   - replays only what had effect: a step whose navigation the run blocked (`--allow-domain`) is a comment,
   - waits the way Playwright recommends: auto-waiting locator actions, `expect(page).to_have_url` after a
     step that navigated, the close event of a tab that closes itself, never fixed sleeps; every wait and
@@ -99,19 +100,22 @@ START_DIALOGS = {start_dialogs}
 
 
 class Dialogs:
-    """Answers every dialog of the run's tabs: the one expected next, when its type and message are the
-    recorded ones, as the run answered it; any other is dismissed and fails the replay (`check`)."""
+    """Answers every dialog of the run's tabs: one expected by now, with the recorded type and message, as
+    the run answered it; any other is dismissed and fails the replay (`check`)."""
 
     def __init__(self, expected):
-        self.expected = [tuple(dialog) for dialog in expected]
+        self.expected = []
         self.unexpected = []
+        for dialog in expected:
+            self.expect(*dialog)
 
     def expect(self, kind, message, accept, text=None):
         self.expected.append((kind, message, accept, text))
 
     def answer(self, dialog):
-        if self.expected and self.expected[0][:2] == (dialog.type, dialog.message):
-            accept, text = self.expected.pop(0)[2:]
+        match = [i for i, expected in enumerate(self.expected) if expected[:2] == (dialog.type, dialog.message)]
+        if match:  # the earliest of its kind: a page's timer may open its dialog after a later step's
+            accept, text = self.expected.pop(match[0])[2:]
             if not accept:
                 dialog.dismiss()
             elif text is None:
@@ -123,7 +127,11 @@ class Dialogs:
                                    + " (it was dismissed)")
             dialog.dismiss()
 
-    def check(self):
+    def check(self, page, seconds):
+        for _ in range(int(seconds * 10)):  # a page's timer may open a recorded dialog late
+            if not self.expected or self.unexpected:
+                break
+            page.wait_for_timeout(100)
         if self.unexpected:
             raise AssertionError(self.unexpected[0])
         if self.expected:
@@ -163,7 +171,7 @@ def main():
             page.context.on("dialog", DIALOGS.answer)  # every tab's dialogs
             page.goto(args.url)
             replay(page, origin)
-            DIALOGS.check()
+            DIALOGS.check(page, args.timeout)
         except (AssertionError, Error) as exc:
             if DIALOGS.unexpected:  # what made the step fail, or the page take another way
                 exc = AssertionError(DIALOGS.unexpected[0])
