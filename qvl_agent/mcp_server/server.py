@@ -171,7 +171,9 @@ def build_server(tools: ScreenTools) -> MCPServer:
     ) -> CallToolResult:
         """Carry out a task on a web page in a fresh, headless Chromium (nothing on the desktop is touched).
         Returns the outcome and, when the run succeeded, the text of a standalone Playwright script that
-        replays it without the model."""
+        replays it without the model. A dialog the page opens (alert, confirm, prompt) is answered by the
+        model, never accepted unasked, and recorded; the script answers exactly that dialog and fails on
+        any other."""
         outcome, script = await _call(tools.browse, url, task, max_steps)
         data = outcome.as_dict() | {"script": script}
         text = f"{outcome.status}: {outcome.message}\nTrace: {outcome.trace_dir}"
