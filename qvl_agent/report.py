@@ -26,7 +26,7 @@ from string import Template
 from PIL import Image
 
 from qvl_agent.errors import InputError
-from qvl_agent.trace import Trace, is_dry_run, read_trace, would_do, write_private
+from qvl_agent.trace import PLAYWRIGHT_TRACE, Trace, is_dry_run, read_trace, would_do, write_private
 
 REPORT_FILE = "report.html"
 SHOT_WIDTH = 1280  # embedded screenshots are scaled down to this width (the PNG beside the report is raw)
@@ -256,6 +256,11 @@ def render_report(trace: Trace) -> str:
     if trace.damaged_lines:
         rows.append(("Note", f"{trace.damaged_lines} damaged line(s) in the trace were skipped"))
     summary = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows if v not in ("", None))
+    if (trace.dir / PLAYWRIGHT_TRACE).is_file():  # DOM snapshots, network and console of a browser run
+        summary += (
+            f'<tr><th>Playwright trace</th><td><a href="{PLAYWRIGHT_TRACE}">{PLAYWRIGHT_TRACE}</a> '
+            f"(open it with <code>playwright show-trace {_e(trace.dir / PLAYWRIGHT_TRACE)}</code>)</td></tr>"
+        )
     template = Template(resources.files("qvl_agent").joinpath("web/report.html").read_text(encoding="utf-8"))
     return template.substitute(
         title=_e(f"qvl-agent {'dry run' if dry else 'run'}: {run.get('task', trace.dir.name)}"),

@@ -8,6 +8,7 @@
                           {"type": "end", "status", "answer", "steps", "message", "finished",
                            "dry_run", "would_do"}                                                 last
     DIR/step-NNN.png    the screenshot the model looked at in step N
+    DIR/trace.zip       a browser run's Playwright trace (`playwright show-trace DIR/trace.zip`), when kept
 
 A run folder is private: created 0700 (and the folders above it that it creates, such as the runs folder),
 its files 0600 whatever the umask (a trace can show what was on the screen).
@@ -30,6 +31,7 @@ from qvl_agent.errors import InputError
 from qvl_agent.image import Screenshot
 
 TRACE_FILE = "trace.jsonl"
+PLAYWRIGHT_TRACE = "trace.zip"
 
 
 def runs_root() -> Path:

@@ -111,3 +111,40 @@ def test_a_timer_s_dialog_a_reply_that_is_no_answer_and_the_start_page_s_dialog(
     replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
     assert "Note kept" in source  # the end state the dismissal led to is checked
+
+
+def _playwright_trace(path) -> set[str]:
+    """The entries of a Playwright trace.zip, which must hold its action and network logs."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        names = set(archive.namelist())
+    assert {"trace.trace", "trace.network"} <= names, names
+    return names
+
+
+def test_browse_writes_playwright_s_trace_and_the_report_links_it_but_not_with_a_secret(
+    tmp_path, server, at, monkeypatch
+):
+    url = server.url + "/dialogs.html"
+    replies = [click_at(at["#delete"]), call(action="handle_dialog", accept=False), call(action="terminate",
+               status="success")]  # fmt: skip
+    result = browse(tmp_path, url, replies, "Keep the note")
+    assert result.returncode == 0, result.stderr
+    names = _playwright_trace(tmp_path / "trace" / "trace.zip")
+    assert any(name.startswith("resources/") for name in names)  # snapshots and screenshots
+    assert '<a href="trace.zip">trace.zip</a>' in (tmp_path / "trace" / "report.html").read_text()
+
+    limited = tmp_path / "limited"  # a run that fails keeps its trace too
+    limited.mkdir()
+    result = browse(limited, url, [click_at(at["#later"])] * 3, "Keep the note", "--max-steps", "1")
+    assert result.returncode == 1, result.stderr
+    _playwright_trace(limited / "trace" / "trace.zip")
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    monkeypatch.setenv("QVL_SECRET_PIN", "4711")
+    result = browse(secret, url, replies, "Keep the note {{PIN}}", "--secret", "PIN")
+    assert result.returncode == 0, result.stderr
+    assert not (secret / "trace" / "trace.zip").exists()
+    assert "no trace.zip: a run with a secret keeps no Playwright trace" in result.stderr

@@ -18,13 +18,20 @@ expects before that step) and into that action's message, which the model reads 
 A browser that closes, a page that crashes or a page whose server stopped answering raise `BrowserError`
 with one sentence; the run stops there and its trace stays complete.
 
+With `playwright_trace=PATH` the context records Playwright's own trace (DOM snapshots, screenshots,
+network, console) from the start, and `close()` saves it to PATH (`playwright show-trace PATH` opens it),
+also after a failed or stopped run. The caller leaves it off for a run with a secret: the snapshots would
+hold the typed value.
+
 Playwright is imported when an executor is built, never at module import. The Playwright sync API is
 bound to the thread that started it: build, use and close an executor on one thread.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
@@ -111,6 +118,7 @@ class BrowserExecutor:
         allowed_domains: list[str] | tuple[str, ...] = (),
         secrets=None,
         block_local: bool = False,
+        playwright_trace: str | Path | None = None,
     ):
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
@@ -140,6 +148,7 @@ class BrowserExecutor:
         # and nothing else (`confine`): whatever makes a request, and however it spells the secret.
         self._proxy = HostProxy(self._guard.secret_domains).start() if secrets else None
         self._pw = None
+        self._trace_path = None  # set once tracing runs: where close() saves it
         try:
             self._pw = sync_playwright().start()
             self.executable = find_browser(browser, configured_browser, self._pw.chromium.executable_path)
@@ -159,6 +168,9 @@ class BrowserExecutor:
                 service_workers="block" if self._guard.active else "allow",
             )
             self.context.set_default_timeout(ACTION_TIMEOUT_MS)
+            if playwright_trace is not None:
+                self.context.tracing.start(screenshots=True, snapshots=True)
+                self._trace_path = Path(playwright_trace)
             self.context.add_init_script(_MUTATION_CLOCK)
             self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
@@ -424,6 +436,13 @@ class BrowserExecutor:
             pass
 
     def close(self) -> None:
+        if self._trace_path is not None:
+            path, self._trace_path = self._trace_path, None
+            try:
+                self.context.tracing.stop(path=str(path))
+                os.chmod(path, 0o600)  # private like the rest of the run folder
+            except (self._error_type, OSError):
+                pass  # the browser died with the run: there is no trace to save
         for step in (lambda: self.browser.close(), lambda: self._pw.stop(), lambda: self._proxy.close()):
             try:
                 step()

@@ -40,7 +40,7 @@ from qvl_agent.cli import (
 from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import QvlError, UsageError
-from qvl_agent.trace import TraceWriter, default_trace_dir
+from qvl_agent.trace import PLAYWRIGHT_TRACE, TraceWriter, default_trace_dir
 
 
 def register(sub) -> None:
@@ -93,6 +93,11 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
     executor = None
+    playwright_trace = trace_dir / PLAYWRIGHT_TRACE
+    if secrets:  # its page snapshots would hold what was typed, the secret's value included
+        playwright_trace = None
+        print(f"qvl-agent: no {PLAYWRIGHT_TRACE}: a run with a secret keeps no Playwright trace, whose page "
+              "snapshots would hold the secret's value.", file=sys.stderr, flush=True)  # fmt: skip
     try:
         write_browser_info(trace_dir, url, viewport)
         # Start the browser before loading a model: no Chromium or a dead URL fails in a second.
@@ -104,6 +109,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             viewport=viewport,
             allowed_domains=allowed,
             secrets=secrets,
+            playwright_trace=playwright_trace,
         )
         # The run acts only inside its own fresh browser profile, so it does not ask before each action;
         # Ctrl+C in the terminal stops it. Keys reach the page, never the system, so no chord is refused.
@@ -133,6 +139,8 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"qvl-agent: the final page could not be checked: {exc}", file=sys.stderr)
         write_browser_info(trace_dir, url, viewport, final)
     except (QvlError, KeyboardInterrupt) as exc:
+        if executor is not None:
+            executor.close()  # trace.zip is saved before the report links it
         end_run_early(trace, exc, task=task, engine=settings.engine, executor="browser", mode="auto")
         raise
     finally:
