@@ -9,7 +9,8 @@ import json
 import pytest
 
 from qvl_agent.trace import read_trace
-from tests.pages.helpers import browse, call, click_at, element_centres, exported, replay_script
+from tests.conftest import run_cli
+from tests.pages.helpers import ENV, browse, call, click_at, element_centres, exported, replay_script
 from tests.pages.server import PageServer
 
 pytestmark = pytest.mark.browser
@@ -148,3 +149,34 @@ def test_browse_writes_playwright_s_trace_and_the_report_links_it_but_not_with_a
     assert result.returncode == 0, result.stderr
     assert not (secret / "trace" / "trace.zip").exists()
     assert "no trace.zip: a run with a secret keeps no Playwright trace" in result.stderr
+
+
+def test_a_recorded_dialog_replays_in_the_sandbox_and_through_a_healed_step(tmp_path, server):
+    """The heal hook inside the sandbox asks about a renamed button whose click opens the recorded confirm;
+    the script's own handler answers it, and both replays bring back Playwright's trace."""
+    server.site = "a"
+    url = server.url + "/site/confirm.html"
+    at = element_centres(url, ["#delete"])
+    replies = [click_at(at["#delete"]), call(action="handle_dialog", accept=True), call(action="terminate",
+               status="success")]  # fmt: skip
+    result = browse(tmp_path, url, replies, "Delete the note")
+    assert result.returncode == 0, result.stderr
+    exported(tmp_path)
+    env = dict(ENV, QVL_CONFIG_DIR=str(tmp_path / "config"))
+    server.clear()
+    replayed = run_cli("replay", str(tmp_path / "out.py"), env=env, timeout=300)
+    assert replayed.returncode == 0, replayed.stderr
+    assert server.records("confirm") == [{"deleted": True}]
+    _playwright_trace(tmp_path / "out.out" / "trace.zip")
+
+    server.site = "b"  # "Delete note" is now "Remove note"
+    grounding = tmp_path / "heal-replies.json"
+    grounding.write_text(json.dumps([click_at(at["#delete"])]))  # the same place, the new name
+    server.clear()
+    healed = run_cli("replay", "--heal", "--engine", f"replay:{grounding}", "--trace-dir", str(tmp_path / "heals"),
+                     str(tmp_path / "out.py"), env=env, timeout=300)  # fmt: skip
+    assert healed.returncode == 0, healed.stderr
+    assert server.records("confirm") == [{"deleted": True}]
+    assert 'get_by_role("button", name="Remove note", exact=True)' in (tmp_path / "out.healed.py").read_text()
+    _playwright_trace(tmp_path / "heals" / "trace.zip")
+    assert '<a href="trace.zip">trace.zip</a>' in (tmp_path / "heals" / "report.html").read_text()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -165,7 +166,9 @@ def test_a_scraper_printing_in_a_loop_replays_and_its_files_land_in_a_new_folder
     assert code == 0, err
     assert "field: username" in out and "field: password" in out
     out_dir = folder / "script.out"
-    assert sorted(p.name for p in out_dir.rglob("*") if p.is_file()) == ["fields.csv", "page.pdf", "photo.png"]
+    names = sorted(p.name for p in out_dir.rglob("*") if p.is_file())
+    assert names == ["fields.csv", "page.pdf", "photo.png", "trace.zip"]  # and Playwright's trace of the run
+    assert {"trace.trace", "trace.network"} <= set(zipfile.ZipFile(out_dir / "trace.zip").namelist())
     assert (out_dir / "photo.png").read_bytes().startswith(b"\x89PNG")
     assert (out_dir / "shots" / "page.pdf").read_bytes().startswith(b"%PDF")
     assert snapshot(folder) == before | {
@@ -304,7 +307,7 @@ def test_hidden_runnable_and_instruction_files_never_reach_the_persons_folder(se
     kept = sorted(
         p.relative_to(folder / "script.out").as_posix() for p in (folder / "script.out").rglob("*") if p.is_file()
     )
-    assert kept == ["photo.png"]  # the script's own photo, in the new folder; the person's is unchanged
+    assert kept == ["photo.png", "trace.zip"]  # the script's own photo, in the new folder; the person's is unchanged
     assert (folder / "photo.png").read_bytes() == b"my photo"
     assert not (folder.parent / "escape.png").exists()
     assert "not kept .git/config" in err and "not kept AGENTS.md" in err
@@ -355,6 +358,9 @@ def test_an_exported_script_replays_and_takes_url(server, folder, capsys):
         code, out, err = replay(capsys, str(folder / "run.py"))
         assert code == 0, err
         assert "Replayed" in out
+        assert "qvl-agent: playwright trace: trace.zip among its files" in err
+        trace = zipfile.ZipFile(folder / "run.out" / "trace.zip").namelist()  # Playwright's, of the replay
+        assert {"trace.trace", "trace.network"} <= set(trace) and any(n.startswith("resources/") for n in trace)
         # --url sends the script elsewhere; that origin is allowed for this run, and only for it.
         code, out, err = replay(capsys, "--url", second.url + "/login.html", str(folder / "run.py"))
         assert code == 0, err
@@ -428,4 +434,6 @@ def test_a_replayed_script_gets_only_the_secret_variables_it_reads(server, folde
     assert f"typed {__import__('os').environ['QVL_SECRET_PASSWORD']}" in out
     assert "visible ['QVL_SECRET_PASSWORD']" in out  # not the other secret, not the rest of the environment
     assert "qvl-agent: secret variables: QVL_SECRET_PASSWORD\n" in err  # the name, said before it ran
+    assert "playwright trace: none: the script types a secret" in err
+    assert not (folder / "script.out" / "trace.zip").exists()
     assert __import__("os").environ["QVL_SECRET_PASSWORD"] not in err

@@ -12,7 +12,9 @@ in the same bubblewrap sandbox as verification (`bubblewrap.run_sandboxed`) with
 - **secret variables** only the `QVL_SECRET_*` ones the script reads;
 - **files** it writes landing only in a NEW folder (`copy_back.keep_files`): never over an existing file,
   never a hidden, runnable or instruction file;
-- **exit status** its own (None when the timeout ended it).
+- **exit status** its own (None when the timeout ended it);
+- **Playwright's trace** of every browser context it makes, `trace.zip` among its files
+  (`sandbox/trace_in_sandbox.py`), unless it types a secret: the trace's page snapshots would hold it.
 
 These, and which limits hold its memory, are the `Grant`, handed to `before_start` before the script
 starts (the command prints it).
@@ -45,6 +47,7 @@ class Grant:
     files: list[str]  # host files shown inside, read-only
     secrets: list[str]  # the secret variables passed in (names, never values)
     limits: str = ""  # what holds its memory and processes (`cgroup.enforcement`)
+    trace: str = ""  # whether Playwright's trace is kept, and why not
 
     def lines(self) -> list[str]:
         return [
@@ -52,6 +55,7 @@ class Grant:
             "network: " + (" ".join(self.origins) or "none"),
             "host files (read-only): " + (" ".join(self.files) or "none"),
             "secret variables: " + (" ".join(self.secrets) or "none"),
+            *([f"playwright trace: {self.trace}"] if self.trace else []),
         ]
 
 
@@ -66,6 +70,10 @@ class ReplayResult:
     limit: str = ""  # why the sandbox ended it early ("it ran more than ...")
     header: bool = True  # False: the script carried no origins line (hand-written)
     grant: Grant | None = None
+
+
+TRACE_HOOK = Path(__file__).resolve().parent.parent / "sandbox" / "trace_in_sandbox.py"
+TRACE_FILE = "trace.zip"
 
 
 def default_output(script: Path) -> Path:
@@ -114,6 +122,7 @@ def replay_script(
     secrets: Mapping[str, str] | None = None,
     allow_files: Sequence[str] = (),
     before_start: Callable[[Grant], None] | None = None,
+    playwright_trace: bool = True,
 ) -> ReplayResult:
     """Run `script` sandboxed; its files go to a new folder: `output` (FileExistsError when it exists) or,
     by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
@@ -124,6 +133,9 @@ def replay_script(
 
     `allow_files` are host files the person gives the script (shown inside read-only, each alone); a local
     page its header names must be among them.
+
+    `playwright_trace`: Playwright's trace of the run comes back as `trace.zip` among its files, unless the
+    script reads a secret variable (its page snapshots would hold the typed value).
 
     Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, UsageError for a
     header file the person did not give or a given path that is not a file, FileExistsError for an
@@ -160,7 +172,14 @@ def replay_script(
     extra += [Bind(real, real) for real, named in files.items() if real != named]
     memory_bytes = (memory_mb << 20) if memory_mb else watchdog.MEMORY_BYTES
     limits = f"{memory_bytes >> 20} MB of memory; {enforcement(memory_bytes, watchdog.TASKS)}"
-    grant = Grant(origins, sorted(files), sorted(env), limits)
+    hooks = list(init_hooks)
+    trace = ""
+    if playwright_trace and env:
+        trace = f"none: the script types a secret, which the page snapshots of {TRACE_FILE} would hold"
+    elif playwright_trace:
+        hooks.insert(0, TRACE_HOOK)
+        trace = f"{TRACE_FILE} among its files (playwright show-trace opens it)"
+    grant = Grant(origins, sorted(files), sorted(env), limits, trace)
     if before_start is not None:
         before_start(grant)
     result = bubblewrap.run_sandboxed(
@@ -171,7 +190,7 @@ def replay_script(
         argv=argv,
         memory_bytes=memory_bytes,
         binds=extra,
-        init_hooks=init_hooks,
+        init_hooks=hooks,
         env=env,
     )
     kept = keep_files(result.files, output or default_output(script), numbered=output is None)

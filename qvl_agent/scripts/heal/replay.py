@@ -29,8 +29,8 @@ from qvl_agent.sandbox.bubblewrap import SCRIPT_INSIDE, Bind
 from qvl_agent.scripts.export.steps import python_locator
 from qvl_agent.scripts.heal import rewrite
 from qvl_agent.scripts.heal.service import Asker, Heal, HealService, model_point
-from qvl_agent.scripts.replay import Grant, ReplayResult, replay_script
-from qvl_agent.trace import TraceWriter
+from qvl_agent.scripts.replay import TRACE_FILE, Grant, ReplayResult, replay_script
+from qvl_agent.trace import PLAYWRIGHT_TRACE, TraceWriter
 
 HOOK = Path(__file__).with_name("hook_in_sandbox.py")
 LOCATE = Path(locate.__file__)  # imports only the standard library: it runs inside too
@@ -116,6 +116,7 @@ def heal_replay(
         finally:
             service.stop()
     result = HealResult(replayed, source, service.heals, service.stopped, trace_dir=trace_dir)
+    _keep_playwright_trace(replayed, trace_dir)
     _write_trace(trace, source, result)
     if result.ok and any(h.locator for h in result.heals):
         _write_healed(script, source, result)
@@ -156,6 +157,18 @@ def _write_healed(script: Path, source: str, result: HealResult) -> None:
         return
     result.healed_path = path
     result.diff = rewrite.unified_diff(source, healed, script.name, path.name)
+
+
+def _keep_playwright_trace(replayed, trace_dir: Path) -> None:
+    """A copy of the replay's Playwright trace beside the heal report, which links it."""
+    kept = next((p for p in replayed.written if p.parent == replayed.folder and p.name == TRACE_FILE), None)
+    if kept is not None:
+        try:
+            fd = os.open(trace_dir / PLAYWRIGHT_TRACE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(kept.read_bytes())
+        except OSError:
+            pass  # the report then has no link; the replay's own folder still holds it
 
 
 def _write_trace(trace: TraceWriter, source: str, result: HealResult) -> None:
