@@ -268,6 +268,7 @@ def compile_run(
     compiler = StepCompiler()
     intents: dict[str, dict] = {}  # target_key(locator) -> the latest step's intent on that element
     last_url = start_url
+    last_step_at = 0  # where the ops of the latest step begin
     for i, step in enumerate(steps, start=1):
         n = step.get("step", i)  # the run's own step number, as the trace and the report show it
         if not step.get("ok", True) or not step.get("detail"):
@@ -275,8 +276,14 @@ def compile_run(
         detail = step["detail"]
         if step["kind"] == "handle_dialog":  # one no action of the run opened (the page's timer)
             if "during" not in detail.get("dialog", {}):
-                compiler.add(Op([_expect_dialog(detail["dialog"])], comment=f"step {n}: a dialog of the page"))
+                # Armed before the action that came before it: that action may have started the timer, and
+                # a fast replay meets its dialog while the action is still returning.
+                op = Op([_expect_dialog(detail["dialog"])], comment=f"step {n}: a dialog of the page")
+                compiler.ops.insert(last_step_at, op)
+                if last_step_at <= compiler.tab_start:  # the current tab's ops begin one later now
+                    compiler.tab_start += 1
             continue
+        last_step_at = len(compiler.ops)
         if detail.get("dialogs"):  # answered while this step's action ran: expected before it
             compiler.add(Op([_expect_dialog(d) for d in detail["dialogs"]]))
         if detail.get("blocked"):  # the run refused where it led (--allow-domain): it had no effect there
