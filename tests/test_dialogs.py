@@ -180,3 +180,24 @@ def test_a_recorded_dialog_replays_in_the_sandbox_and_through_a_healed_step(tmp_
     assert 'get_by_role("button", name="Remove note", exact=True)' in (tmp_path / "out.healed.py").read_text()
     _playwright_trace(tmp_path / "heals" / "trace.zip")
     assert '<a href="trace.zip">trace.zip</a>' in (tmp_path / "heals" / "report.html").read_text()
+
+
+def test_leaving_a_page_that_asks_first_is_the_model_s_choice_and_replays(tmp_path, server, at):
+    url = server.url + "/dialogs.html?variant=guard"
+    leave = element_centres(url, ["#leave"])["#leave"]
+    replies = [
+        click_at(at["#rename"]),  # a click first: Chromium asks before unloading only a page one used
+        call(action="handle_dialog", accept=False),
+        click_at(leave),
+        call(action="handle_dialog", accept=True),  # leave the page
+        call(action="terminate", status="success"),
+    ]
+    result = browse(tmp_path, url, replies, "Leave the page")
+    assert result.returncode == 0, result.stderr
+    assert "step 4: beforeunload dialog" in result.stdout and ": accepted" in result.stdout
+    steps = read_trace(tmp_path / "trace").steps
+    assert steps[2]["results"][0]["detail"]["dialogs"][0]["type"] == "beforeunload"
+    source = exported(tmp_path)
+    assert 'DIALOGS.expect("beforeunload", ' in source and "/help.html" in source
+    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    assert replayed.returncode == 0, replayed.stderr + "\n" + source
