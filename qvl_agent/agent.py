@@ -484,8 +484,8 @@ class Agent:
         self._steps += 1
         step = self._steps
         shot, screenshot = self._last_shot
-        observation = self._observation("_dialog", "", **_fields(seen, dialog.during))
-        observation = replace(observation, without_image=self._prompt("_omitted", said=observation.text))
+        fields = _fields(seen, dialog.during)
+        observation = self._observation("_dialog", self._prompt("_dialog", **fields), **fields)
         record: dict = {"step": step, "observation": observation.text, "dialog": seen}
         if screenshot:
             record["screenshot"] = screenshot  # the page behind the dialog, as the model last saw it

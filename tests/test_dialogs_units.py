@@ -16,6 +16,7 @@ from qvl_agent.image import Screenshot
 from qvl_agent.parse import parse_actions
 from qvl_agent.scripts.export.exporter import _reference_source, compile_run
 from qvl_agent.scripts.export.gate import UnsafeScript, check_export
+from qvl_agent.secrets import Secrets
 from qvl_agent.trace import TraceWriter, read_trace
 from tests.support.recording import RecordingExecutor
 
@@ -145,3 +146,24 @@ def test_the_gate_still_refuses_anything_else(line):
     assert line in source
     with pytest.raises(UnsafeScript):
         check_export(source, _reference_source())
+
+
+def test_a_secret_typed_into_a_prompt_reaches_the_page_and_never_the_trace(tmp_path):
+    class Echoing(DialogExecutor):  # the page's message repeats the secret's value
+        def execute(self, action, shot):
+            result = RecordingExecutor.execute(self, action, shot)
+            if isinstance(action, A.LeftClick):
+                self.answers.append(self.answer(Dialog("prompt", "PIN for 4711-secret?", during="click")))
+            return result
+
+    executor = Echoing()
+    replies = [call(action="left_click", coordinate=[5, 5]),
+               call(action="handle_dialog", accept=True, text="{{PIN}}"),
+               call(action="terminate", status="success")]  # fmt: skip
+    agent = Agent(ReplayEngine(replies), executor, Guard(mode="auto"), TraceWriter(tmp_path), prompt_name="browser",
+                  secrets=Secrets({"PIN": "4711-secret"}))  # fmt: skip
+    assert agent.run("Enter the PIN {{PIN}}").status == "success"
+    assert executor.answers == [A.HandleDialog(True, "4711-secret")]  # the page gets the value
+    text = (tmp_path / "trace.jsonl").read_text()
+    assert "4711-secret" not in text and "{{PIN}}" in text
+    assert "4711-secret" not in agent.engine.requests[1].text  # nor does the model see it in the message
