@@ -6,9 +6,12 @@ engine's greedy tokens and first-token logits agreeing with plain transformers' 
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli
 
 
+@pytest.mark.slow
 def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tmp_path):
     out = tmp_path / "bench.json"
     r = run_cli(

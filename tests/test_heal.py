@@ -172,6 +172,7 @@ def healing(tmp_path, engine: str, script):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.page for c in CASES])
+@pytest.mark.slow
 def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case):
     url = record_on_a(tmp_path, server, case)
     script = tmp_path / "out.py"
@@ -184,8 +185,9 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     assert server.records(case.page) != [case.expected]
 
     server.clear()
-    sandboxed = replay(str(script), "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
+    sandboxed = replay(str(script), "--step-timeout", "3", "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
     assert sandboxed.returncode == 1, sandboxed.stdout + sandboxed.stderr
+    assert "30000ms" not in sandboxed.stderr + sandboxed.stdout  # a step waits --step-timeout, not the script's 30 s
     assert server.records(case.page) != [case.expected]
 
     oracle = DomGroundingOracle(url, case.targets)
@@ -288,6 +290,7 @@ def test_heal_with_the_replay_engine(tmp_path, server):
     assert (tmp_path / "out.healed.py").exists()
 
 
+@pytest.mark.slow
 def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     """The MCP `replay` tool runs a script's text in the sandbox; with heal=true it comes back healed. As
     `browse`, it refuses a script for a local address unless the server was started with --allow-local-urls."""

@@ -239,7 +239,8 @@ def test_chromium_flags_that_run_programs_stay_inside(server, tmp_path):
         "        print(exc)\n"
         "    b.close()\n"
     )
-    run(script, server)
+    # A renderer that cannot start leaves the page hanging: 20 s is long past any renderer's launch.
+    run(script, server, timeout_s=20)
     assert not marker.exists()
 
 

@@ -89,6 +89,7 @@ def _sign_in(tmp_path, server, user: str, password: str, *args: str, env=None):
     return _browse(tmp_path, url, replies, *args, env=env)
 
 
+@pytest.mark.slow
 def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path, server):
     """README's demo/demo login: the model types `demo` as the user name and {{PASSWORD}} (also "demo")
     as the password. The export reads the secret in the password field alone: replayed with another

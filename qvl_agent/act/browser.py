@@ -135,8 +135,10 @@ class BrowserExecutor:
             confined = {"proxy": {"server": self._proxy.url}} if self._proxy else {}
             args = [*CHROMIUM_ARGS, *(CONFINED_ARGS if self._proxy else ())]
             try:
+                # Ctrl+C is ours: Playwright's own handler would close the browser under the step in flight,
+                # and the run would end as "browser closed" instead of interrupted, with its report.
                 self.browser = self._pw.chromium.launch(
-                    executable_path=self.executable, headless=headless, args=args, **confined
+                    executable_path=self.executable, headless=headless, args=args, handle_sigint=False, **confined
                 )
             except PlaywrightError as exc:
                 why = _first_line(exc)

@@ -114,10 +114,12 @@ def replay_script(
     secrets: Mapping[str, str] | None = None,
     allow_files: Sequence[str] = (),
     before_start: Callable[[Grant], None] | None = None,
+    step_timeout_s: float | None = None,
 ) -> ReplayResult:
     """Run `script` sandboxed; its files go to a new folder: `output` (FileExistsError when it exists) or,
     by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
     (exported scripts take it) and its origin may be reached; a file:// `url` is shown inside read-only.
+`step_timeout_s` is passed as `--timeout SECONDS`, how long each step of an exported script waits.
 
     `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
     exported script types a secret from its variable, and only the variables it names go inside.
@@ -153,6 +155,8 @@ def replay_script(
         else:
             origins.append(origin_of(url))
         argv = ["--url", url]
+    if step_timeout_s is not None:
+        argv += ["--timeout", f"{step_timeout_s:g}"]
     origins = list(dict.fromkeys(origins))
     env = secret_variables(source, secrets or {})
     # Bound where the script names them (the path as given) and where they really are.
