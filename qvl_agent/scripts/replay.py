@@ -117,19 +117,19 @@ def replay_script(
     step_timeout_s: float | None = None,
 ) -> ReplayResult:
     """Run `script` sandboxed; its files go to a new folder: `output` (FileExistsError when it exists) or,
-    by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
-    (exported scripts take it) and its origin may be reached; a file:// `url` is shown inside read-only.
-`step_timeout_s` is passed as `--timeout SECONDS`, how long each step of an exported script waits.
+        by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
+        (exported scripts take it) and its origin may be reached; a file:// `url` is shown inside read-only.
+    `step_timeout_s` is passed as `--timeout SECONDS`, how long each step of an exported script waits.
 
-    `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
-    exported script types a secret from its variable, and only the variables it names go inside.
+        `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
+        exported script types a secret from its variable, and only the variables it names go inside.
 
-    `allow_files` are host files the person gives the script (shown inside read-only, each alone); a local
-    page its header names must be among them.
+        `allow_files` are host files the person gives the script (shown inside read-only, each alone); a local
+        page its header names must be among them.
 
-    Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, UsageError for a
-    header file the person did not give or a given path that is not a file, FileExistsError for an
-    existing `output`, SandboxUnavailable when the sandbox cannot start."""
+        Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, UsageError for a
+        header file the person did not give or a given path that is not a file, FileExistsError for an
+        existing `output`, SandboxUnavailable when the sandbox cannot start."""
     source = script.read_text(encoding="utf-8")
     if output is not None and (output.exists() or output.is_symlink()):
         raise FileExistsError(f"{output} already exists.")
