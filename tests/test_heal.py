@@ -60,8 +60,8 @@ CASES = [
         [("measure", ".row:nth-of-type(2) .star")],
         lambda at: [click_at(at[".row:nth-of-type(2) .star"]), DONE],
         {"starred": "beta"},
-        {'after "Beta"': ".row:nth-of-type(2) .star"},
-        ['page.locator("body > main > div:nth-of-type(2) > div > span").click()'],
+        {'in the item that says "Beta"': "li:nth-of-type(2) .star"},
+        ['page.locator("li.project").filter(has=page.get_by_text("Beta", exact=True)).get_by_text("☆", exact=True)'],
         1,
     ),
     Case(
@@ -110,7 +110,10 @@ CASES = [
         lambda at: [click_at(at["button[data-d=old]"]), DONE],
         {"deleted": "old"},
         {'the "Delete" button after "Old draft"': "button[data-d=old]"},  # two "Delete" buttons now
-        ['page.locator("body > main > div:nth-of-type(2) > button").click()'],
+        [
+            'page.locator("div.row").filter(has=page.get_by_text("Old draft", exact=True))'
+            '.get_by_role("button", name="Delete", exact=True).click()'
+        ],
         1,
     ),
     Case(
@@ -280,9 +283,9 @@ def test_heal_with_the_replay_engine(tmp_path, server):
     case = CASES[1]
     record_on_a(tmp_path, server, case)
     server.site = "b"
-    at = measure_along(f"{server.url}/site/moved.html", [("measure", ".row:nth-of-type(2) .star")])
+    at = measure_along(f"{server.url}/site/moved.html", [("measure", "li:nth-of-type(2) .star")])
     replies = tmp_path / "heal-replies.json"
-    replies.write_text('["' + click_at(at[".row:nth-of-type(2) .star"]).replace('"', '\\"').replace("\n", "\\n") + '"]')
+    replies.write_text('["' + click_at(at["li:nth-of-type(2) .star"]).replace('"', '\\"').replace("\n", "\\n") + '"]')
     server.clear()
     result = healing(tmp_path, f"replay:{replies}", tmp_path / "out.py")
     assert result.returncode == 0, result.stderr

@@ -9,7 +9,7 @@ inserts, before the statement that was blocked, `page.add_locator_handler(<its b
 found.click())`: Playwright then dismisses the layer whenever it shows, so the healed script also works
 in a fresh browser where it shows first, and where it never shows.
 
-The text is produced by writing each new node (its strings through the exporter's `string_literal`)
+The text is produced by writing each new node (as the exporter writes it: `steps.python_locator`)
 where the old node stood, so comments (the
 step and intent lines) and the rest of the layout stay as they were; then the whole result is parsed again
 and must equal, node for node, the original tree with exactly these replacements made in the tree itself.
@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass
 
 from qvl_agent.errors import QvlError
-from qvl_agent.scripts.literals import string_literal
+from qvl_agent.playwright import locate
+from qvl_agent.scripts.export.steps import python_locator
 
 FACTORIES = {"locator", "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text",
              "get_by_alt_text", "get_by_title", "frame_locator", "nth", "first", "last", "filter"}  # fmt: skip
@@ -48,35 +49,37 @@ class Edit:
     cover: bool = False
 
 
-def _parts(locator: dict) -> tuple[str, str, dict]:
-    """(method, its one argument, its keywords) for a locator dict from `locate.py`."""
-    kind = locator.get("kind")
-    if kind == "role":
-        return "get_by_role", locator["role"], {"name": locator["name"], "exact": True}
-    if kind in ("label", "placeholder", "text"):
-        return f"get_by_{kind}", locator["text"], {"exact": True}
-    if kind == "testid":
-        return "get_by_test_id", locator["value"], {}
-    if kind == "css":
-        return "locator", locator["selector"], {}
-    raise RewriteError(f"A {kind} locator cannot be written into a script.")
+def _calls(locator: dict) -> list:
+    try:
+        return locate.chain(locator)
+    except (KeyError, TypeError, ValueError):
+        raise RewriteError(f"A {locator.get('kind')} locator cannot be written into a script.") from None
 
 
 def locator_node(page: ast.expr, locator: dict) -> ast.expr:
     """`page.get_by_role("button", name="Save", exact=True)` and the like, as a node."""
-    method, arg, keywords = _parts(locator)
-    func = ast.Attribute(copy.deepcopy(page), method, ast.Load())
-    return ast.Call(func, [ast.Constant(str(arg))], [ast.keyword(k, ast.Constant(v)) for k, v in keywords.items()])
+
+    def build(calls: list) -> ast.expr:
+        node = copy.deepcopy(page)
+        for method, args, keywords in calls:
+            node = ast.Call(
+                ast.Attribute(node, method, ast.Load()),
+                [value(a) for a in args],
+                [ast.keyword(k, value(v)) for k, v in keywords.items()],
+            )
+        return node
+
+    def value(v) -> ast.expr:
+        return build(v) if isinstance(v, list) else ast.Constant(v)
+
+    return build(_calls(locator))
 
 
 def locator_code(page: ast.expr, locator: dict) -> str:
     """The same as source, its strings written by the exporter's own literal builder (double quotes, every
     unprintable character escaped), as the rest of an exported script."""
-    method, arg, keywords = _parts(locator)
-    args = [string_literal(str(arg))]
-    for key, value in keywords.items():
-        args.append(f"{key}={string_literal(value) if isinstance(value, str) else repr(value)}")
-    return f"{ast.unparse(page)}.{method}({', '.join(args)})"
+    _calls(locator)  # the same refusal as locator_node
+    return python_locator(locator, ast.unparse(page)) or ""
 
 
 def _call_at(tree: ast.AST, edit: Edit) -> ast.Call | None:
