@@ -102,7 +102,8 @@ def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path
     source = script.read_text()
     assert source.count('.fill("demo")') == 1  # the user name, as the model typed it
     assert source.count('.fill(os.environ["QVL_SECRET_PASSWORD"])') == 1  # the secret, where it typed {{PASSWORD}}
-    assert source.count("QVL_SECRET_PASSWORD") == 1
+    assert source.count('os.environ["QVL_SECRET_PASSWORD"]') == 1
+    assert 'SECRETS = ["QVL_SECRET_PASSWORD"]' in source  # asked for before the browser starts
     server.clear()
     _replay_plainly(script, tmp_path, QVL_SECRET_PASSWORD="other-" + uuid.uuid4().hex[:6])
     [record] = server.records("login")  # what the replay typed, read by the page

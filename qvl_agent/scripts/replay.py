@@ -85,19 +85,25 @@ def allowed_origins(host: str) -> list[str]:
 
 def secret_variables(source: str, environment: Mapping[str, str]) -> dict[str, str]:
     """The `QVL_SECRET_*` variables of `environment` that `source` reads as `os.environ["QVL_SECRET_X"]`."""
+    return {name: environment[name] for name in read_secrets(source) if name in environment}
+
+
+def read_secrets(source: str) -> list[str]:
+    """The `QVL_SECRET_*` variables `source` reads as `os.environ["QVL_SECRET_X"]`, sorted."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return {}
-    wanted = {
-        node.slice.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.slice, ast.Constant)
-        and isinstance(node.slice.value, str)
-        and node.slice.value.startswith(ENV_PREFIX)
-    }
-    return {name: environment[name] for name in sorted(wanted) if name in environment}
+        return []
+    return sorted(
+        {
+            node.slice.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and node.slice.value.startswith(ENV_PREFIX)
+        }
+    )
 
 
 def replay_script(
@@ -159,6 +165,12 @@ def replay_script(
         argv += ["--timeout", f"{step_timeout_s:g}"]
     origins = list(dict.fromkeys(origins))
     env = secret_variables(source, secrets or {})
+    missing = [name for name in read_secrets(source) if name not in env]
+    if missing:
+        raise UsageError(
+            f"The script types a secret from ${missing[0]}, which is not set: set it first "
+            f"(export {missing[0]}=...); replay passes it to this script alone."
+        )
     # Bound where the script names them (the path as given) and where they really are.
     extra = [*binds, *(Bind(real, named) for real, named in files.items())]
     extra += [Bind(real, real) for real, named in files.items() if real != named]
@@ -176,7 +188,7 @@ def replay_script(
         memory_bytes=memory_bytes,
         binds=extra,
         init_hooks=init_hooks,
-        env=env,
+        env={**env, "QVL_REPLAY_FAILURE_DIR": "/scratch"},  # where an exported script leaves a failure's log
     )
     kept = keep_files(result.files, output or default_output(script), numbered=output is None)
     return ReplayResult(

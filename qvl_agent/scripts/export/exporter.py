@@ -46,7 +46,7 @@ from qvl_agent.scripts.header import render_header, script_origins
 from qvl_agent.scripts.intent import comment as intent_comment
 from qvl_agent.scripts.intent import op_action, reason_of, step_intent
 from qvl_agent.scripts.literals import comment_text, docstring_text, lit
-from qvl_agent.secrets import PLACEHOLDER
+from qvl_agent.secrets import PLACEHOLDER, SECRET_NAME, env_name
 from qvl_agent.trace import write_private
 
 __all__ = ["Compiled", "compile_run", "export_run", "export_trace", "python_locator", "write_browser_info"]
@@ -75,20 +75,24 @@ Or:   python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECON
       (your own choice: then it has all of your rights; the browser comes from --browser, else
       $QVL_BROWSER, else Playwright's own Chromium; each step and check waits up to
       --timeout seconds, default 30)
-Exit status 0 when the page reaches the recorded end state, 1 when it does not.
+Exit status 0 when the page reaches the recorded end state, 1 when it does not (the failing step is
+named, in words), 2 when a secret it types is not set.
 Each step's `# intent:` line says what it meant, for `qvl-agent replay --heal`; python ignores it.
 """
 
 import argparse
+import json
 import os
 import re
 import sys
+import traceback
 
 from playwright.sync_api import Error, expect, sync_playwright
 
 START_URL = {start_url}
 VIEWPORT = {{"width": {width}, "height": {height}}}
 CHROMIUM_ARGS = {chromium_args}
+SECRETS = {secrets}  # the environment variables the steps type secrets from
 
 
 def replay(page, origin):
@@ -102,6 +106,11 @@ def main():
     parser.add_argument("--headed", action="store_true", help="show the browser window")
     parser.add_argument("--timeout", type=float, default=30, help="seconds each step may wait (default 30)")
     args = parser.parse_args()
+    missing = [name for name in SECRETS if name not in os.environ]
+    if missing:
+        print(f"This script types a secret from ${{missing[0]}}, which is not set: set it first "
+              f"(export {{missing[0]}}=...).", file=sys.stderr)
+        return 2
     origin = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", args.url).group(0)
     with sync_playwright() as p:
         try:
@@ -121,12 +130,54 @@ def main():
             page.goto(args.url)
             replay(page, origin)
         except (AssertionError, Error) as exc:
-            print("Replay failed: " + str(exc).strip().splitlines()[0], file=sys.stderr)
+            message = str(exc).strip().splitlines() or [type(exc).__name__]
+            print(f"Replay failed at {{failed_step(exc)}}: {{message[0]}}", file=sys.stderr)
+            for line in message[1:8]:  # Playwright's call log: what it waited for, and what it found
+                print("  " + line, file=sys.stderr)
+            keep_failure(os.environ.get("QVL_REPLAY_FAILURE_DIR"), browser, exc)
             return 1
         finally:
             browser.close()
     print("Replayed: the page reached the recorded end state.")
     return 0
+
+
+def failed_step(exc):
+    """Which step `exc` ended, in words, from the `# intent:` line above the line that raised it."""
+    lines = open(__file__, encoding="utf-8").read().splitlines()
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.name != "replay" or os.path.abspath(frame.filename) != os.path.abspath(__file__):
+            continue
+        for line in reversed(lines[: frame.lineno - 1]):
+            text = line.strip()
+            if text == "# the recorded end state":
+                return f"the recorded end state (line {{frame.lineno}})"
+            if text.startswith("# intent: "):
+                try:
+                    intent = dict(json.loads(text[len("# intent: ") :]))
+                except (ValueError, TypeError):
+                    intent = {{}}
+                what = [intent.get("action", "act on"), "the"]
+                what += [json.dumps(intent["name"], ensure_ascii=False)] if intent.get("name") else []
+                what += [intent.get("role") or "element"]
+                if intent.get("item"):
+                    what += ["in the item that says", json.dumps(intent["item"], ensure_ascii=False)]
+                return f"step {{intent.get('step', '?')}} ({{' '.join(what)}}, line {{frame.lineno}})"
+        return f"line {{frame.lineno}}"
+    return "the start"
+
+
+def keep_failure(folder, browser, exc):
+    """The whole message and a screenshot of each tab, in `folder` (qvl-agent replay's run folder)."""
+    if not folder:
+        return
+    with open(os.path.join(folder, "failure.log"), "w", encoding="utf-8") as log:
+        log.write(f"Replay failed at {{failed_step(exc)}}:\\n{{exc}}\\n")
+    for n, tab in enumerate(page for context in browser.contexts for page in context.pages):
+        try:
+            tab.screenshot(path=os.path.join(folder, f"failure-{{n + 1}}.png"), timeout=5000)
+        except Error:
+            pass  # a tab that closed or hangs has no picture to give
 
 
 if __name__ == "__main__":
@@ -163,6 +214,14 @@ def _loose(text: str) -> str:
     return r"[^/?#&]*".join(re.escape(part) for part in PLACEHOLDER.split(text)[::2])
 
 
+def _secret_variables(steps: list[dict]) -> list[str]:
+    """The variables the steps read typed secrets from (`literals.typed_code`), for the script to ask for
+    before it starts rather than fail halfway."""
+    typed = [step.get("typed") or () for step in steps if step.get("ok", True)]
+    names = {value for segments in typed for kind, value in segments if kind == "secret"}
+    return sorted(env_name(name) for name in names if isinstance(name, str) and SECRET_NAME.fullmatch(name))
+
+
 def _reference_source() -> str:
     """The template with neutral values: what `export_gate` compares the script against."""
     return _TEMPLATE.format(
@@ -174,6 +233,7 @@ def _reference_source() -> str:
         width=1,
         height=1,
         chromium_args="[]",
+        secrets="[]",
         body="    pass",
     )
 
@@ -245,6 +305,7 @@ def compile_run(
         width=lit(int(viewport[0])),
         height=lit(int(viewport[1])),
         chromium_args=lit(SCRIPT_CHROMIUM_ARGS),
+        secrets=lit(_secret_variables(steps)),
         body=body,
     )
     check_export(source, _reference_source())  # run data can never have become code
