@@ -35,6 +35,8 @@ def recorded(tmp_path_factory):
     source = exported(folder)
     assert 'page.locator("tr").filter(has=page.get_by_text("#1002", exact=True))' in source
     assert '.get_by_role("button", name="Delete", exact=True).click()' in source
+    # The end state says what the run did to it: that row is gone.
+    assert 'expect(page.locator("tr").filter(has=page.get_by_text("#1002", exact=True))).to_have_count(0)' in source
     yield server, folder / "out.py"
     server.stop()
 

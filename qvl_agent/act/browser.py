@@ -35,6 +35,7 @@ from qvl_agent.playwright.locate import (
     element_state,
     focused,
     is_unique,
+    item_of,
     locate,
     point_on,
     to_playwright,
@@ -481,7 +482,7 @@ class BrowserExecutor:
         that is still there and unique, and short lines of text that appeared after the last click. Checked
         in the live page, so `export` only asserts what holds."""
         self._check_alive()
-        fields, seen = [], set()
+        fields, gone, seen = [], [], set()
         for page, located in reversed(self._touched):
             if page is not self.page:
                 continue  # an element in another tab: the script's end-state checks look at this one
@@ -489,6 +490,13 @@ class BrowserExecutor:
             if key in seen:
                 continue
             seen.add(key)
+            if located.locator.get("kind") == "within":  # the row it acted in: still there, or gone?
+                item = item_of(located.locator)
+                try:
+                    if item not in gone and to_playwright(self.page, item).count() == 0:
+                        gone.append(item)
+                except self._error_type:
+                    pass  # a page in the middle of navigating: no verdict, no check
             state = element_state(located.handle)
             if state and ("value" in state or "checked" in state) and is_unique(self.page, located.locator):
                 fields.append({"locator": located.locator, "state": state})
@@ -506,7 +514,7 @@ class BrowserExecutor:
                         pass
                 if len(new_text) == 3:
                     break
-        final = {"url": self.page.url, "fields": fields[::-1], "new_text": new_text}
+        final = {"url": self.page.url, "fields": fields[::-1], "new_text": new_text, "gone": gone[::-1]}
         if self._tab():
             final["tab"] = self._tab()
         return final

@@ -274,13 +274,20 @@ def chain(locator: dict) -> list[Call]:
         return [("get_by_test_id", (locator["value"],), {})]
     if kind == "css":
         return [("locator", (locator["selector"],), {})]
+    if kind == "item":  # the repeated item itself: its end-state check ("the row is gone")
+        has = [("get_by_text", (locator["has_text"],), {"exact": True})]
+        return [("locator", (locator["item"],), {}), ("filter", (), {"has": has})]
     if kind == "within":
         inner = locator["inner"]
-        if inner.get("kind") == "within":
+        if inner.get("kind") in ("within", "item"):
             raise ValueError("An item inside an item is not a locator this resolver makes.")
-        has = [("get_by_text", (locator["has_text"],), {"exact": True})]
-        return [("locator", (locator["item"],), {}), ("filter", (), {"has": has}), *chain(inner)]
+        return chain(item_of(locator)) + chain(inner)
     raise ValueError(f"A {kind} locator has no Playwright Locator.")
+
+
+def item_of(locator: dict) -> dict:
+    """The item a `within` locator finds its element in, as a locator of its own."""
+    return {"kind": "item", "item": locator["item"], "has_text": locator["has_text"]}
 
 
 def to_playwright(page, locator: dict):

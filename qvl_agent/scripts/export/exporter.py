@@ -41,7 +41,7 @@ from pathlib import Path
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 from qvl_agent.scripts.export.assertions import end_state_assertions
 from qvl_agent.scripts.export.gate import check_export
-from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, target_key
+from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, q, target_key
 from qvl_agent.scripts.header import render_header, script_origins
 from qvl_agent.scripts.intent import comment as intent_comment
 from qvl_agent.scripts.intent import op_action, reason_of, step_intent
@@ -214,6 +214,16 @@ def _loose(text: str) -> str:
     return r"[^/?#&]*".join(re.escape(part) for part in PLACEHOLDER.split(text)[::2])
 
 
+def _identity_check(intent: dict) -> list[str]:
+    """Before a step whose element was found by its place alone: a check that the element there still reads
+    what the recorded one read, so that another element moved into its place fails the step instead of
+    being acted on. (Every other locator names its element, or the item holding it, itself.)"""
+    if not intent.get("by_position") or not intent.get("name") or PLACEHOLDER.search(intent["name"]):
+        return []  # nothing to read, or a masked secret's placeholder rather than the text the page showed
+    code = python_locator(intent["locator"])
+    return [f"expect({code}).to_have_text({q(intent['name'])}, use_inner_text=True)"] if code else []
+
+
 def _secret_variables(steps: list[dict]) -> list[str]:
     """The variables the steps read typed secrets from (`literals.typed_code`), for the script to ask for
     before it starts rather than fail halfway."""
@@ -285,7 +295,9 @@ def compile_run(
         if op.comment:
             lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment
         if op.code and op.target in intents:
-            lines.append(intent_comment(dict(intents[op.target], action=op_action(op.kind))))
+            intent = intents[op.target]
+            lines.append(intent_comment(dict(intent, action=op_action(op.kind))))
+            lines.extend(_identity_check(intent))
         lines.extend(op.code)
     checks = end_state_assertions(final, last_url, url_expr, compiler.lost, compiler.filled)
     if checks:
