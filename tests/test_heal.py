@@ -215,6 +215,9 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     assert script.read_text() == original  # the person's script is left as it was
     report = (tmp_path / "heals" / "report.html").read_text()
     assert report.count('class="heal"') == case.heals
+    if case.page == "renamed":  # the step's intent says what its element is now: a second heal asks for that
+        [intent] = [line for line in source.splitlines() if '"action": "click", "role": "button"' in line]
+        assert '"name": "Create account"' in intent and "Sign up" not in intent
 
     server.clear()
     again = replay_script(healed_path, "--timeout", "3")  # plain python, no model, no hook

@@ -601,6 +601,17 @@ def test_a_legitimate_script_fills_a_form_and_its_files_come_back(server):
     assert result.files["downloads/report.txt"] == b"quarterly"
 
 
+def test_a_script_that_asks_for_a_visible_browser_runs_headless_and_says_so(server):
+    # Most people's own scripts launch with headless=False; there is no display in the sandbox.
+    headed = LOGIN.format(url=server.url, button="Sign in").replace("launch(", "launch(headless=False, ", 1)
+    assert "headless=False" in headed
+    server.clear()
+    result = run(headed, server)
+    assert result.returncode == 0, result.output
+    assert "the script asked for a visible browser; in the sandbox it runs headless." in result.output
+    assert server.records("login") == [{"username": "grace", "password": "hopper"}]
+
+
 def test_a_wrong_locator_fails_with_playwrights_message_before_a_short_timeout(server):
     result = verify_script(LOGIN.format(url=server.url, button="Log in"), server.url + "/login.html", BROWSER, 12)
     assert not result.ok

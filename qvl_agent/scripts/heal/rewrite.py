@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from qvl_agent.errors import QvlError
 from qvl_agent.playwright import locate
+from qvl_agent.scripts import intent
 from qvl_agent.scripts.export.steps import python_locator
 
 FACTORIES = {"locator", "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text",
@@ -162,6 +163,7 @@ def healed_source(source: str, edits: list[Edit]) -> str:
     text_edits: list[tuple[int, int, str]] = []
     done: set[tuple[int, int, str, bool]] = set()
     inserted: set[tuple[int, str]] = set()
+    intents_done: set[int] = set()
     for edit in edits:
         key = (edit.end_line, edit.end_col, edit.method, edit.cover)
         if key in done:
@@ -177,6 +179,9 @@ def healed_source(source: str, edits: list[Edit]) -> str:
                 f"Line {node.lineno} keeps its locator in a variable, so the healed locator cannot be written there."
             )
         new, code = locator_node(page, edit.locator), locator_code(page, edit.locator)
+        if not edit.cover:
+            _, stmt = _statement_of(tree, call)
+            text_edits += _healed_intent(lines, starts, stmt.lineno, edit.locator, intents_done)
         if edit.cover:
             body, stmt = _statement_of(tree, call)
             click = ast.Call(ast.Attribute(ast.Name("found", ast.Load()), "click", ast.Load()), [], [])
@@ -230,6 +235,35 @@ def healed_source(source: str, edits: list[Edit]) -> str:
     if ast.dump(rebuilt) != ast.dump(expected):
         raise RewriteError("The healed script's syntax differs from the planned change; nothing was written.")
     return result
+
+
+def _healed_intent(lines: list[str], starts: list[int], line: int, locator: dict, done: set[int]) -> list:
+    """The text edit that rewrites the `# intent:` comment above the statement on `line` (only code between
+    them) to say what the step's element is now: its role, name, item and locator. A second heal then asks
+    for the element as the page shows it now, not as it was recorded. A comment changes no syntax."""
+    at = line - 2
+    while at >= 0 and lines[at].strip() and not lines[at].lstrip().startswith("#"):
+        at -= 1  # code of the same step (its check, or a statement spanning lines)
+    if at < 0 or at in done or not lines[at].lstrip().startswith(intent.PREFIX):
+        return []
+    found = intent.parse(lines[at])
+    if found is None:
+        return []
+    done.add(at)
+    found = {k: v for k, v in found.items() if k not in ("name", "item", "by_position", "locator")}
+    own = locator.get("inner", {}) if locator.get("kind") == "within" else locator
+    if own.get("kind") == "role":
+        found.update(role=own["role"], name=own["name"])
+    elif own.get("kind") in ("label", "placeholder", "text"):
+        found["name"] = own["text"]
+    if locator.get("kind") == "within":
+        found["item"] = locator["has_text"]
+    elif locator.get("kind") == "css":
+        found["by_position"] = True
+    found["locator"] = locator
+    text = lines[at].rstrip("\r\n")
+    indent = text[: len(text) - len(text.lstrip())]
+    return [(starts[at], starts[at] + len(text), indent + intent.comment(found))]
 
 
 def _one_arg(name: str) -> ast.arguments:
