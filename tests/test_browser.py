@@ -72,7 +72,8 @@ def test_login_form_run_exports_a_script_that_signs_in_again(tmp_path, server):
     server.clear()
     wrong = replay_script(tmp_path / "out.py", "--url", server.url + "/help.html", "--timeout", "2")
     assert wrong.returncode == 1
-    assert wrong.stderr.startswith("Replay failed:")
+    assert wrong.stderr.startswith('Replay failed at step 2 (fill the "Username" textbox, line ')  # in words
+    assert 'waiting for get_by_role("textbox", name="Username", exact=True)' in wrong.stderr  # Playwright's log
     assert server.records("login") == []
 
 
