@@ -109,6 +109,18 @@ def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path
     [record] = server.records("login")  # what the replay typed, read by the page
     assert record["username"] == "demo" and record["password"].startswith("other-")
 
+    # Without the variable: one sentence naming it, before any browser starts, plainly and through replay.
+    server.clear()
+    plain = _replay_plainly(script, tmp_path)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert "This script types a secret from $QVL_SECRET_PASSWORD, which is not set" in plain.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QVL_SECRET_")}
+    sandboxed = run_cli("replay", str(script), env=dict(env, QVL_CONFIG_DIR=str(tmp_path / "config")))
+    assert sandboxed.returncode == 2 and "Traceback" not in sandboxed.stderr
+    assert "The script types a secret from $QVL_SECRET_PASSWORD, which is not set" in sandboxed.stderr
+    assert "qvl-agent: network:" not in sandboxed.stderr  # stopped before it was given anything
+    assert server.records("login") == []
+
 
 def test_a_placeholder_the_run_did_not_declare_stays_text_and_reads_no_variable(tmp_path, server):
     """Without --secret, `{{PASSWORD}}` typed by the model (say, because the page asked for it) is text:
