@@ -99,8 +99,8 @@ CASES = [
         {"from": "Oslo", "to": "Rome"},
         {'after "From"': "[name=from]", 'after "To"': "[name=to]"},
         [
-            'page.locator("body > form > div:nth-of-type(2) > input").fill("Oslo")',
-            'page.locator("body > form > div:nth-of-type(1) > input").fill("Rome")',
+            'page.locator("body > form > p:nth-of-type(4) > input").fill("Oslo")',
+            'page.locator("body > form > p:nth-of-type(2) > input").fill("Rome")',
         ],
         2,
     ),
@@ -215,6 +215,8 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     assert script.read_text() == original  # the person's script is left as it was
     report = (tmp_path / "heals" / "report.html").read_text()
     assert report.count('class="heal"') == case.heals
+    for step in re.findall(r"^qvl-agent: healed step (\d+)", healed.stderr, re.M):
+        assert f"<h2>Script step {step}<" in report  # numbered as the script numbers its steps
     if case.page == "renamed":  # the step's intent says what its element is now: a second heal asks for that
         [intent] = [line for line in source.splitlines() if '"action": "click", "role": "button"' in line]
         assert '"name": "Create account"' in intent and "Sign up" not in intent

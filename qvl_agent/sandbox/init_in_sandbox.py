@@ -11,11 +11,11 @@ own loopback. For each relay it listens on LISTEN_HOST:PORT there (the address a
 names, as this sandbox's /etc/hosts resolves it) and hands every connection to the unix socket SOCKET,
 behind which the host-side forwarder reaches that origin and nothing else. With a TIMEOUT_MS it lowers
 Playwright's default timeouts, so a wrong locator fails with Playwright's own message before the
-verification's timeout ends the run. A browser launched with headless=False runs headless (no display here). It runs each hook file (features built on the sandbox put their own
-set-up there), sets the resource limits (set here, after bubblewrap made the user namespace, the process
-limit counts only the sandbox's own processes) and runs the script as `__main__` with `argv` after its
-name. When the script ends, the regular files under its working directory go back through FILES_FD
-(`files_out.py` reads them).
+verification's timeout ends the run. A browser launched with headless=False runs headless (no display here).
+It runs each hook file (features built on the sandbox put their own set-up there), sets the resource limits
+(set here, after bubblewrap made the user namespace, the process limit counts only the sandbox's own
+processes) and runs the script as `__main__` with `argv` after its name. When the script ends, the regular
+files under its working directory go back through FILES_FD (`files_out.py` reads them).
 
 Nothing here is a wall: the script could stop the relay or undo the timeouts, and gain nothing by it.
 The walls are the namespaces and the forwarder outside.

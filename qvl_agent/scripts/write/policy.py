@@ -13,10 +13,11 @@ to the model, which writes a better script:
 - a file written to an absolute path or outside the working folder (only files in it are kept).
 
 Ordinary code passes: printing in loops, `open()` for a CSV, `os.makedirs`, paths built at run time,
-argparse, classes, `getattr`, a headed browser (`headless=False`: the sandbox runs it headless). Python's reflection means any lint over it can be bypassed, so nothing here
-stands between a script and the machine: every run of a script (verification, `qvl-agent replay`, the
-tray, the MCP server) goes through the bubblewrap sandbox (`qvl_agent/sandbox/`), which is the wall. It works on
-the syntax tree only; it never imports or runs the script.
+argparse, classes, `getattr`, a headed browser (`headless=False`: the sandbox runs it headless). Python's
+reflection means any lint over it can be bypassed, so nothing here stands between a script and the machine:
+every run of a script (verification, `qvl-agent replay`, the tray, the MCP server) goes through the bubblewrap
+sandbox (`qvl_agent/sandbox/`), which is the wall. It works on the syntax tree only; it never imports or runs
+the script.
 """
 
 from __future__ import annotations
