@@ -211,3 +211,5 @@ class Request:
     system: str | None
     text: str
     image_hashes: list[str] = field(default_factory=list)
+    tools: list | None = None  # the tool definitions the session shows the model
+    history: list[tuple[str, str]] = field(default_factory=list)  # (user text, reply) of earlier turns

@@ -47,7 +47,15 @@ from qvl_agent.server.protocol import (
     parse_chat_request,
     usage_dict,
 )
-from qvl_agent.server.stream import Reader, api_error, qvl_stats, stat_headers, stream_chunks
+from qvl_agent.server.stream import (
+    Reader,
+    answer,
+    api_error,
+    qvl_stats,
+    replay_chunks,
+    stat_headers,
+    stream_chunks,
+)
 from qvl_agent.server.transport import BODY_TIMEOUT_S, ClientGone, read_body
 from qvl_agent.server.worker import ChatResult, Job, Scheduler, chat_work
 
@@ -260,7 +268,7 @@ async def chat_completions(request: Request):
     if first[0] == "error":
         reader.close()
         raise api_error(first[1])
-    if chat.stream:
+    if chat.stream and chat.response_format == "text":
         return StreamingResponse(
             stream_chunks(chat, s.model_id, job, reader, first, started, s.metrics),
             media_type="text/event-stream",
@@ -281,8 +289,15 @@ async def chat_completions(request: Request):
         raise api_error(event[1])
     result: ChatResult = event[1]
     s.metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
+    message, finish = answer(chat, result.text, result.finish_reason)
+    if chat.stream:  # a reply checked whole (response_format) streams once it has passed
+        return StreamingResponse(
+            replay_chunks(chat, s.model_id, message, finish, result),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", **stat_headers(result)},
+        )
     usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
-    body = completion_body(completion_id(), s.model_id, result.text, result.finish_reason, usage, qvl_stats(result))
+    body = completion_body(completion_id(), s.model_id, message, finish, usage, qvl_stats(result))
     return JSONResponse(body, headers=stat_headers(result))
 
 
