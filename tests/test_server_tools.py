@@ -166,8 +166,8 @@ def test_a_browser_use_style_tool_loop_runs_to_its_answer():
             if reply.finish_reason != "tool_calls":
                 break
             for tc in reply.message.tool_calls:
-                result = run_tool(tc.function.name, json.loads(tc.function.arguments))
-                messages.append({"role": "tool", "tool_call_id": tc.id, "content": result})
+                output = run_tool(tc.function.name, json.loads(tc.function.arguments))
+                messages.append({"role": "tool", "tool_call_id": tc.id, "content": output})
         reused = raw.headers["x-qvl-session-reused"]
     assert reply.message.content == "The page lists 3 results for 'lamp'."
     assert ran == [("go_to_url", {"url": "https://shop.example"}), ("click_element", {"index": 7})]
@@ -346,7 +346,11 @@ HOSTILE_SCHEMAS = [
     ("pattern", {"type": "string", "pattern": "(a+)+$"}, "'pattern'"),
     ("remote-ref", {"$ref": "https://example.com/schema.json"}, "own parts"),
     ("not-a-schema", {"type": 12}, "not valid"),
+    ("recursive", {"$ref": "#"}, "refers to itself"),
+    ("doubling", None, "larger than"),  # allOf of two references to the next level, 30 levels deep
+    ("dangling-ref", {"$ref": "#/$defs/Nothing"}, "points to nothing"),
 ]
+DOUBLING = {f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(30)} | {"d30": {"type": "object"}}
 
 
 @pytest.mark.parametrize("name,schema,why", HOSTILE_SCHEMAS, ids=[h[0] for h in HOSTILE_SCHEMAS])
@@ -355,6 +359,8 @@ def test_a_hostile_schema_is_a_quick_400(name, schema, why):
         for _ in range(60):
             schema = {"type": "object", "properties": {"a": schema}}
         why = "nested"
+    if name == "doubling":
+        schema = {"$defs": DOUBLING, "$ref": "#/$defs/d0"}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     with serve(EchoEngine()) as url:
         start = time.perf_counter()
@@ -363,6 +369,18 @@ def test_a_hostile_schema_is_a_quick_400(name, schema, why):
         assert r.status_code == 400 and why in r.json()["error"]["message"], r.text
         assert r.json()["error"]["param"] == "response_format.json_schema.schema"
         assert httpx.get(url + "/health").json()["status"] == "ok"
+
+
+def test_a_field_named_like_a_keyword_is_a_field():
+    schema = {
+        "type": "object",
+        "properties": {"pattern": {"type": "string"}, "$ref": {"type": "integer"}},
+        "required": ["pattern"],
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    with serve(ReplayEngine(['{"pattern": "a+", "$ref": 1}'])) as url:
+        answer = ask(url, [user("x")], response_format=fmt).choices[0]
+    assert json.loads(answer.message.content) == {"pattern": "a+", "$ref": 1}
 
 
 def test_a_huge_tools_list_counts_against_the_prompt_limit():

@@ -289,7 +289,7 @@ async def chat_completions(request: Request):
         raise api_error(event[1])
     result: ChatResult = event[1]
     s.metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
-    message, finish = answer(chat, result.text, result.finish_reason)
+    message, finish = await run_in_threadpool(answer, chat, result.text, result.finish_reason)
     if chat.stream:  # a reply checked whole (response_format) streams once it has passed
         return StreamingResponse(
             replay_chunks(chat, s.model_id, message, finish, result),

@@ -8,8 +8,10 @@ is answered with 422 `invalid_model_output` naming what was wrong, never passed 
 a reply cut short by `max_tokens` is passed on unchecked with `finish_reason: "length"`, as OpenAI does.
 
 Schemas come from the request and are hostile until checked (`check_schema`): bounded in size and
-depth, no references outside the schema itself (nothing is ever fetched), no regular expressions (a
-`pattern` can take exponential time on a reply), and it must be a valid schema.
+depth, and in size with their references followed (so neither recursion nor references that double at
+each level can make validation run for hours), no references outside the schema itself (nothing is ever
+fetched), no regular expressions (a `pattern` can take exponential time on a reply), and it must be a
+valid schema.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from qvl_agent.server.api_error import ApiError
 
 MAX_SCHEMA_CHARS = 65_536
 MAX_SCHEMA_DEPTH = 32
+MAX_EXPANDED_NODES = 20_000
 REFUSED_KEYWORDS = ("pattern", "patternProperties", "$dynamicRef", "$recursiveRef")
+NAME_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")  # names -> schemas
+DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values, not schemas
 _FENCE = re.compile(r"\A\s*```[A-Za-z0-9_-]*[ \t]*\n(.*?)\n?```\s*\Z", re.DOTALL)
 PARAM = "response_format"
 
@@ -33,6 +38,7 @@ def check_schema(schema: dict, param: str = PARAM + ".json_schema.schema") -> di
     if len(text) > MAX_SCHEMA_CHARS:
         raise ApiError(400, f"The JSON schema is over {MAX_SCHEMA_CHARS:,} characters.", param=param)
     _walk(schema, param, 0)
+    _check_expansion(schema, param)
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
@@ -45,19 +51,67 @@ def check_schema(schema: dict, param: str = PARAM + ".json_schema.schema") -> di
     return schema
 
 
-def _walk(value, param: str, depth: int) -> None:
+def _walk(value, param: str, depth: int, names: bool = False) -> None:
+    """Depth, refused keywords and references, schema by schema. `names`: `value` maps names to schemas
+    (`properties`, `$defs`): its keys are the client's names, not keywords."""
     if depth > MAX_SCHEMA_DEPTH:
         raise ApiError(400, f"The JSON schema is nested more than {MAX_SCHEMA_DEPTH} levels deep.", param=param)
     if isinstance(value, dict):
         for key, item in value.items():
+            if names:
+                _walk(item, param, depth + 1)
+                continue
             if key in REFUSED_KEYWORDS:
                 raise ApiError(400, f"JSON schemas with {key!r} are not supported here.", param=param)
             if key == "$ref" and not (isinstance(item, str) and item.startswith("#")):
                 raise ApiError(400, "A JSON schema may only refer to its own parts ($ref: '#...').", param=param)
-            _walk(item, param, depth + 1)
+            if key not in DATA_KEYWORDS:
+                _walk(item, param, depth + 1, names=key in NAME_MAPS)
     elif isinstance(value, list):
         for item in value:
             _walk(item, param, depth + 1)
+
+
+def _check_expansion(schema: dict, param: str) -> None:
+    """Refuse a schema whose references, followed, make it larger than MAX_EXPANDED_NODES: validation
+    visits every node so expanded, and references that double at each level (allOf of two references
+    to the next level, thirty levels deep) would otherwise take hours. A schema that refers to itself
+    never ends, so it is refused too."""
+    seen = 0
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_EXPANDED_NODES:
+            raise ApiError(
+                400,
+                f"The JSON schema, its references followed, is larger than {MAX_EXPANDED_NODES:,} parts "
+                "(or refers to itself); send a smaller, non-recursive schema.",
+                param=param,
+            )
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                stack.append(_pointer(schema, ref, param))
+            stack.extend(v for k, v in node.items() if k not in DATA_KEYWORDS and k != "$ref")
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _pointer(schema: dict, ref: str, param: str):
+    """The part of `schema` a local `$ref` ("#", "#/$defs/Name") points to; 400 when there is none."""
+    node = schema
+    for raw in ref[1:].split("/")[1:] if ref != "#" else []:
+        key = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            raise ApiError(400, f"The JSON schema's reference {ref[:80]!r} points to nothing.", param=param)
+    if ref != "#" and not ref.startswith("#/"):
+        raise ApiError(400, "A JSON schema may only refer to its own parts by JSON pointer ('#/...').", param=param)
+    return node
 
 
 def instruction(kind: str, schema: dict | None) -> str:
