@@ -14,6 +14,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from qvl_agent.engine.remote import RemoteEngine
 from qvl_agent.engine.replay import ReplayEngine
 from tests.support.live_server import EchoEngine
 from tests.test_server import AUTH, png_url, post, serve, user
@@ -177,6 +178,24 @@ def test_a_browser_use_style_tool_loop_runs_to_its_answer():
     assert last.text == f"<tool_response>\n{result('click_element')}\n</tool_response>"
     assert reused == "true"  # the stateless client's conversation matched the session that wrote the calls
     assert all(r.tools == TOOLS and r.system == "You are a browser agent." for r in engine.requests)
+
+
+def test_tools_pass_through_a_remote_engine_and_its_calls_come_back():
+    """`serve --engine openai:URL` in front of another server that parses tool calls (as vLLM does)."""
+    backend = ReplayEngine([call("click_element", index=4), "Clicked."])
+    with serve(backend) as back_url:
+        remote = RemoteEngine(back_url, api_key=AUTH["Authorization"].split()[1], model="qvl-test-model")
+        with serve(remote) as url:
+            first = ask(url, [user("Click 4")], tools=TOOLS).choices[0]
+            [tc] = first.message.tool_calls
+            result = {"role": "tool", "tool_call_id": tc.id, "content": "ok"}
+            messages = [user("Click 4"), first.message.model_dump(exclude_none=True), result]
+            content, calls, finish = streamed(url, messages, tools=TOOLS)
+    assert (tc.function.name, json.loads(tc.function.arguments)) == ("click_element", {"index": 4})
+    assert (content, calls, finish) == ("Clicked.", [], "stop")
+    assert backend.requests[0].tools == TOOLS
+    assert backend.requests[1].history == [("Click 4", call("click_element", index=4))]
+    assert backend.requests[1].text == "<tool_response>\nok\n</tool_response>"
 
 
 def test_tool_messages_render_as_the_chat_template_renders_them(tiny_model_dir):
