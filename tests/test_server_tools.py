@@ -304,7 +304,7 @@ REFUSED = [
     ({"logprobs": True}, "logprobs"),
     ({"logprobs": True, "top_logprobs": 3}, "logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),
-    ({"frequency_penalty": 0.5}, "frequency_penalty"),
+    ({"frequency_penalty": 2.5}, "frequency_penalty"),  # out of OpenAI's range
     ({"logit_bias": {"100": 5}}, "logit_bias"),
     ({"n": 2}, "n"),
     ({"tools": TOOLS, "tool_choice": "required"}, "tool_choice"),
@@ -352,6 +352,33 @@ def test_neutral_values_that_clients_send_by_default_are_accepted():
     with serve(EchoEngine()) as url:
         answer = ask(url, [user("hello")], **neutral).choices[0]
     assert answer.message.content.startswith("echo:hello") and answer.finish_reason == "stop"
+
+
+def test_browser_use_defaults_are_served_with_their_frequency_penalty():
+    """browser-use's ChatOpenAI sends temperature 0.2, frequency_penalty 0.3, max_completion_tokens 4096
+    and its agent output as a strict json_schema."""
+    schema = {
+        "type": "object",
+        "properties": {"thinking": {"type": "string"}, "action": {"type": "array", "items": {"type": "object"}}},
+        "required": ["thinking", "action"],
+        "additionalProperties": False,
+    }
+    engine = EchoEngine()
+    with serve(engine) as url:
+        with pytest.raises(openai.UnprocessableEntityError):  # the echo engine writes no JSON
+            ask(
+                url,
+                [user("Find lamps")],
+                temperature=0.2,
+                frequency_penalty=0.3,
+                max_completion_tokens=4096,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "agent_output", "strict": True, "schema": schema},
+                },
+            )
+    [options] = engine.options
+    assert (options.temperature, options.frequency_penalty, options.max_new_tokens) == (0.2, 0.3, 4096)
 
 
 def test_a_tool_message_needs_a_call_before_it():

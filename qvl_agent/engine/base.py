@@ -75,6 +75,7 @@ class GenerationOptions:
     top_p: float = 1.0
     top_k: int = 0  # 0 means no top-k cut
     presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
+    frequency_penalty: float = 0.0  # subtracted from each such logit once per time the token was generated
     stop: tuple[str, ...] = ()
     min_new_tokens: int = 0  # benchmarks force fixed lengths; nobody else should need this
     # Benchmarks force a reply (random weights never write a tool call) to time how it decodes: token i

@@ -268,6 +268,7 @@ class LocalSession(Session):
                         options.top_p,
                         top_k=options.top_k,
                         presence_penalty=options.presence_penalty,
+                        frequency_penalty=options.frequency_penalty,
                         seen=seen,
                     )
                 )

@@ -3,7 +3,7 @@
 `RemoteEngine(url, api_key, model)` keeps the Engine/Session contract of `engine/base.py`: a session
 remembers its turns locally and sends the whole conversation with each `ask` (the API is stateless),
 images as base64 PNG data URLs, and streams the reply through the official `openai` client (its
-retries with backoff, its timeouts); `top_k` and `presence_penalty` go in the body only when set.
+retries with backoff, its timeouts); `top_k` and the penalties go in the body only when set.
 A session's `tools` are sent too; a server that returns the model's calls as `tool_calls` (vLLM's
 hermes parser, our own server) has them turned back into the model's `<tool_call>` text.
 Servers that reuse prefixes by content (ours matches pooled sessions; vLLM and SGLang have prefix
@@ -182,6 +182,8 @@ class RemoteSession(Session):
             extra["top_k"] = options.top_k  # vLLM's and SGLang's extension (and ours)
         if options.presence_penalty != 0:
             extra["presence_penalty"] = options.presence_penalty
+        if options.frequency_penalty != 0:
+            extra["frequency_penalty"] = options.frequency_penalty
         if options.min_new_tokens:
             extra["min_tokens"] = options.min_new_tokens  # vLLM's extension; others ignore it
         kwargs = {

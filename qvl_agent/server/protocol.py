@@ -136,6 +136,7 @@ class ChatCompletionRequest(_Model):
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int | None = Field(None, ge=0, le=1_000_000)  # vLLM's extension; 0 means no cut
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)  # like presence_penalty: when sampling
     n: int | None = None
     stop: str | list[str] | None = None
     # vLLM's prefix-cache scope: requests with different salts share no session, KV cache or vision
@@ -149,7 +150,6 @@ class ChatCompletionRequest(_Model):
     # (`_refuse_unsupported`) rather than silently ignored.
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    frequency_penalty: float | None = None
     logit_bias: dict[str, Any] | None = None
     functions: list[Any] | None = None
     function_call: Any = None
@@ -309,6 +309,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
         top_p=recipe["top_p"] if body.top_p is None else body.top_p,
         top_k=recipe["top_k"] if body.top_k is None else body.top_k,
         presence_penalty=recipe["presence_penalty"] if body.presence_penalty is None else body.presence_penalty,
+        frequency_penalty=body.frequency_penalty or 0.0,
         stop=stop,
         min_new_tokens=min_new_tokens,
     )
@@ -337,7 +338,6 @@ def _refuse_unsupported(body: ChatCompletionRequest) -> None:
         "n": (body.n not in (None, 1), "Only n=1 is supported."),
         "logprobs": (bool(body.logprobs), "leave it out or set it to false"),
         "top_logprobs": (body.top_logprobs not in (None, 0), leave_out),
-        "frequency_penalty": (body.frequency_penalty not in (None, 0), "leave it out or use presence_penalty"),
         "logit_bias": (bool(body.logit_bias), leave_out),
         "functions": (body.functions is not None, "use tools"),
         "function_call": (body.function_call is not None, "use tool_choice"),
