@@ -1,6 +1,7 @@
 """An OpenAI-compatible HTTP API over one resident engine, plus a small chat page.
 
-    POST /v1/chat/completions   text and image_url parts (base64 data: URLs), streaming (SSE) or not
+    POST /v1/chat/completions   text and image_url parts (base64 data: URLs), streaming (SSE) or not,
+                                tools (`tools`) and JSON replies (`structured`)
     GET  /v1/models             the one model this server answers with
     GET  /health                liveness and queue depth (no token needed)
     GET  /metrics               Prometheus text: requests, latency, ttft, tokens/s, feature cache, queue

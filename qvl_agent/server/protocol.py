@@ -5,6 +5,9 @@ parser: nesting depth, huge numbers and lone surrogates are invalid JSON, not cr
 a `ChatRequest`: the system text, the history as (user text, user images, assistant reply) turns, and
 the last user message that is to be answered. Images stay `ImageRef`s (a URL and where it was in the
 request) until the server has admitted the request; `images.ImageDecoder.resolve` decodes them then.
+An assistant's `tool_calls` and the `tool` messages answering them become the text Qwen3-VL's template
+renders for them (`tools`); the `tools` themselves travel to the engine, whose template shows them. A
+parameter the server cannot honour is refused with a 400 naming it, never silently ignored.
 
 Every problem becomes an `ApiError` carrying the HTTP status and OpenAI's error JSON shape
 `{"error": {"message", "type", "param", "code"}}`; the message is one sentence a person can act on.
