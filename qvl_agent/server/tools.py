@@ -113,16 +113,20 @@ class ToolCallStream:
         self.calls: list[ToolCall] = []
         self._pending = ""  # text not sent yet
         self._in_call = False
+        self._searched = 0  # how much of a call's text has been searched for its end
 
     def push(self, piece: str) -> list[dict]:
         self._pending += piece
         deltas: list[dict] = []
         while True:
             if self._in_call:
-                body, found, rest = self._pending.partition(END)
-                if not found:
+                # Only the new text (and a possible split end tag) is searched: a long call costs linear time.
+                at = self._pending.find(END, max(0, self._searched - len(END) + 1))
+                if at < 0:
+                    self._searched = len(self._pending)
                     return deltas
-                self._pending, self._in_call = rest, False
+                body, rest = self._pending[:at], self._pending[at + len(END) :]
+                self._pending, self._in_call, self._searched = rest, False, 0
                 call = parse_call(body, self.names)
                 if call is None:
                     deltas += self._content(START + body + END)
@@ -131,9 +135,11 @@ class ToolCallStream:
                 continue
             at = self._pending.find(START)
             if at < 0:
-                keep = _partial_start(self._pending)
-                text, self._pending = self._pending[: len(self._pending) - keep], self._pending[-keep:] if keep else ""
-                deltas += self._content(text)
+                cut = len(self._pending) - _partial_start(self._pending)
+                if self.calls and not self._pending[:cut].strip():
+                    return deltas  # after a call, white space waits for words (or the end, which drops it)
+                deltas += self._content(self._pending[:cut])
+                self._pending = self._pending[cut:]
                 return deltas
             deltas += self._content(self._pending[:at])
             self._pending, self._in_call = self._pending[at + len(START) :], True
