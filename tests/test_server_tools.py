@@ -198,13 +198,20 @@ def test_tools_pass_through_a_remote_engine_and_its_calls_come_back():
     assert backend.requests[1].text == "<tool_response>\nok\n</tool_response>"
 
 
-def test_tool_messages_render_as_the_chat_template_renders_them(tiny_model_dir):
-    """With the tiny model's copy of Qwen3-VL's template: the prompt the engine builds for a request with
-    tools, an assistant's tool calls and two tool results equals the template's own rendering of the
-    OpenAI messages."""
+@pytest.fixture(scope="module")
+def tiny_engine(tiny_model_dir):
     from qvl_agent.engine.qwen3vl import Qwen3VLEngine
 
     engine = Qwen3VLEngine.load(str(tiny_model_dir), device="cpu")
+    yield engine
+    engine.close()
+
+
+def test_tool_messages_render_as_the_chat_template_renders_them(tiny_engine):
+    """With the tiny model's copy of Qwen3-VL's template: the prompt the engine builds for a request with
+    tools, an assistant's tool calls and two tool results equals the template's own rendering of the
+    OpenAI messages."""
+    engine = tiny_engine
     rendered: list[str] = []
     original = engine.render
 
@@ -232,13 +239,31 @@ def test_tool_messages_render_as_the_chat_template_renders_them(tiny_model_dir):
             whole = ask(url, messages, tools=TOOLS, max_tokens=4).choices[0]
             content, calls, finish = streamed(url, messages, tools=TOOLS, max_tokens=4)
     finally:
-        engine.close()
+        del engine.render
     expected = engine.processor.apply_chat_template(messages, tools=TOOLS, tokenize=False, add_generation_prompt=True)
     assert rendered and all(r == expected for r in rendered)
     # Random weights write no tool call: the reply is plain content, the same streamed or not.
     assert (content, calls, finish) == (whole.message.content, [], whole.finish_reason)
     assert "<tool_response>\nopened a\n</tool_response>\n<tool_response>\nopened b\n</tool_response>" in expected
     assert "# Tools" in expected and '"name": "click_element"' in expected
+
+
+@pytest.mark.parametrize(
+    "choice,opening",
+    [
+        ("required", '<tool_call>\n{"name":'),
+        ({"type": "function", "function": {"name": "go_to_url"}}, '<tool_call>\n{"name": "go_to_url", "arguments":'),
+    ],
+    ids=["required", "named"],
+)
+def test_tool_choice_required_or_named_makes_the_local_model_open_a_call(tiny_engine, choice, opening):
+    """The local engine writes the call's opening and the model goes on from there. Random weights then
+    write no valid call, so the reply comes back as content, and it begins with that opening."""
+    with serve(tiny_engine) as url:
+        whole = ask(url, [user("Open a page")], tools=TOOLS, tool_choice=choice, max_tokens=24).choices[0]
+        content, calls, _ = streamed(url, [user("Open a page")], tools=TOOLS, tool_choice=choice, max_tokens=24)
+    for text, tool_calls in ((whole.message.content, whole.message.tool_calls), (content, calls)):
+        assert (text or "").startswith(opening) or (tool_calls and opening.endswith('"arguments":'))
 
 
 # --- response_format ------------------------------------------------------------------------------------
@@ -382,6 +407,20 @@ def test_browser_use_defaults_are_served_with_their_frequency_penalty():
             )
     [options] = engine.options
     assert (options.temperature, options.frequency_penalty, options.max_new_tokens) == (0.2, 0.3, 4096)
+
+
+@pytest.mark.parametrize(
+    "extra,why",
+    [
+        ({"tool_choice": "required"}, "has no tools"),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "rm"}}}, "not one of the tools"),
+        ({"tools": TOOLS, "tool_choice": "required"}, "needs the local engine"),
+    ],
+)
+def test_a_tool_choice_that_cannot_be_kept_is_a_400(extra, why):
+    with serve(ReplayEngine(["never used"])) as url:
+        r = post(url, {"messages": [user("x")], **extra})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice" and why in r.text, r.text
 
 
 def test_a_tool_message_needs_a_call_before_it():

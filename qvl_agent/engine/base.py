@@ -81,6 +81,9 @@ class GenerationOptions:
     # Benchmarks force a reply (random weights never write a tool call) to time how it decodes: token i
     # is force_ids[i] instead of the model's choice. Nobody else should need this.
     force_ids: tuple[int, ...] = ()
+    # The reply begins with this text, written for the model, which goes on from there (an API client's
+    # tool_choice: the opening of a call). Only engines whose `writes_reply_prefix` is true honour it.
+    reply_prefix: str = ""
 
     def __post_init__(self) -> None:
         # A temperature this small picks the top token every time, but dividing logits by it overflows to
@@ -187,6 +190,7 @@ class Engine(ABC):
     """A resident model. `name` identifies what answers (model id, server URL or replay file)."""
 
     name: str = "engine"
+    writes_reply_prefix: bool = False  # whether `GenerationOptions.reply_prefix` is honoured
 
     @abstractmethod
     def open_session(

@@ -239,6 +239,13 @@ async def chat_completions(request: Request):
             param="model",
             code="model_not_found",
         )
+    if chat.options.reply_prefix and not s.engine.writes_reply_prefix:
+        raise ApiError(
+            400,
+            'tool_choice "required" or a named function needs the local engine, which starts the reply '
+            f'with the call; this server runs {s.engine.name[:100]!r}. Use "auto".',
+            param="tool_choice",
+        )
     if not s.scheduler.reserve():
         retry = s.scheduler.retry_after_s()
         raise ApiError(

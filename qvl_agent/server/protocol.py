@@ -28,6 +28,7 @@ from qvl_agent.engine.base import GenerationOptions, sampling_defaults
 from qvl_agent.image import Screenshot
 from qvl_agent.server import structured
 from qvl_agent.server.api_error import ApiError
+from qvl_agent.server.tools import START as TOOL_CALL_START
 from qvl_agent.server.tools import assistant_text, tool_result_text
 
 MAX_TOKENS_CAP = 32_768  # beyond any sane reply; the engine's context is the real bound
@@ -315,6 +316,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
         frequency_penalty=body.frequency_penalty or 0.0,
         stop=stop,
         min_new_tokens=min_new_tokens,
+        reply_prefix=_call_prefix(body),
     )
     return ChatRequest(
         model=body.model,
@@ -355,15 +357,24 @@ def _refuse_unsupported(body: ChatCompletionRequest) -> None:
         if asked:
             message = hint if hint.endswith(".") else f"{param} is not supported by this server; {hint}."
             raise ApiError(400, message, param=param)
+
+
+def _call_prefix(body: ChatCompletionRequest) -> str:
+    """The opening of a call that `tool_choice` "required" or a named function makes the reply begin
+    with (the model writes the rest), or "" when the model decides."""
     choice = body.tool_choice
-    if choice is not None and choice not in ("none", "auto"):
-        value = choice if isinstance(choice, str) else f"a named function ({choice.function.name!r})"
+    if choice is None or choice in ("none", "auto"):
+        return ""
+    if not body.tools:
+        raise ApiError(400, "tool_choice asks for a tool call, but the request has no tools.", param="tool_choice")
+    if choice == "required":
+        return f'{TOOL_CALL_START}\n{{"name":'  # the model picks the function
+    if choice.function.name not in {t.function.name for t in body.tools}:
         raise ApiError(
-            400,
-            f"tool_choice {value} is not supported: decoding is not constrained here; "
-            'use "auto" (the model decides) or "none".',
-            param="tool_choice",
+            400, f"tool_choice names {choice.function.name!r}, which is not one of the tools.", param="tool_choice"
         )
+    # Cut before the space that opens the arguments: the model's own tokens carry it, as it would write it.
+    return f'{TOOL_CALL_START}\n{{"name": {json.dumps(choice.function.name)}, "arguments":'
 
 
 def _response_format(fmt: ResponseFormat | None) -> tuple[str, dict | None]:
