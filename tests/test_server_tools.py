@@ -266,6 +266,13 @@ def test_tool_choice_required_or_named_makes_the_local_model_open_a_call(tiny_en
         assert (text or "").startswith(opening) or (tool_calls and opening.endswith('"arguments":'))
 
 
+def test_the_local_engine_begins_a_json_reply_with_a_brace(tiny_engine):
+    with serve(tiny_engine) as url:
+        fmt = {"type": "json_object"}
+        cut = ask(url, [user("JSON")], response_format=fmt, max_tokens=3, extra_body={"min_tokens": 3}).choices[0]
+    assert cut.finish_reason == "length" and cut.message.content.startswith("{")  # cut short: passed on
+
+
 # --- response_format ------------------------------------------------------------------------------------
 
 

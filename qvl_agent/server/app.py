@@ -239,7 +239,7 @@ async def chat_completions(request: Request):
             param="model",
             code="model_not_found",
         )
-    if chat.options.reply_prefix and not s.engine.writes_reply_prefix:
+    if chat.forced_call and not s.engine.writes_reply_prefix:
         raise ApiError(
             400,
             'tool_choice "required" or a named function needs the local engine, which starts the reply '

@@ -217,6 +217,7 @@ class ChatRequest:
     scope: str = ""  # the cache scope: the user's name (several tokens) and the request's cache_salt
     tools: list[dict] | None = None  # shown to the model by its chat template; None with tool_choice "none"
     single_tool_call: bool = False  # parallel_tool_calls=false: only the first call is returned
+    forced_call: bool = False  # tool_choice "required" or named: the reply must begin with a call
     response_format: str = "text"  # "text", "json_object" or "json_schema"
     schema: dict | None = None  # json_schema's schema, checked (`structured.check_schema`)
 
@@ -296,6 +297,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
     choice = body.tool_choice or "auto"
     tools = [t.model_dump(exclude_none=True) for t in body.tools] if body.tools and choice != "none" else None
 
+    call_prefix = _call_prefix(body)
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     recipe = sampling_defaults(body.temperature)  # what the client leaves out follows the model card
     max_new_tokens = body.max_tokens or body.max_completion_tokens or default_max_tokens
@@ -316,7 +318,8 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
         frequency_penalty=body.frequency_penalty or 0.0,
         stop=stop,
         min_new_tokens=min_new_tokens,
-        reply_prefix=_call_prefix(body),
+        # A JSON reply begins with "{" where the engine can begin it (others are only checked).
+        reply_prefix=call_prefix or ("{" if fmt != "text" and not tools else ""),
     )
     return ChatRequest(
         model=body.model,
@@ -331,6 +334,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
         scope=cache_scope(user, body.cache_salt),
         tools=tools,
         single_tool_call=body.parallel_tool_calls is False,
+        forced_call=bool(call_prefix),
         response_format=fmt,
         schema=schema,
     )
