@@ -3,7 +3,7 @@ and the real 2B shape the benchmark times (latency does not depend on the weight
 
 Everything here is saved with `save_pretrained` and loaded back through the same code path as real
 weights (`Qwen3VLEngine.load`). The tokenizer is a byte-level BPE trained on a small built-in corpus and
-carries Qwen's special tokens; the chat template is a Qwen3-VL look-alike with image and tool support.
+carries Qwen's special tokens; the chat template is Qwen3-VL's own, less video.
 Real weights bring the official tokenizer and template instead.
 """
 
@@ -31,41 +31,81 @@ SPECIAL_TOKENS = [
 # Not special in Qwen's vocabulary (they must survive skip_special_tokens), but single tokens.
 ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 
-# A Qwen3-VL-style template: system (+ tools), user turns with images, assistant turns, tool responses.
-CHAT_TEMPLATE = (
-    # HF renders templates with trim_blocks: a newline right after a block tag is dropped, so every
-    # newline that follows a tag is written as an expression.
-    "{% macro render(content) %}"
-    "{% if content is string %}{{ content }}"
-    "{% else %}{% for part in content %}"
-    "{% if part.type == 'image' or 'image' in part or 'image_url' in part %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part.type == 'text' %}{{ part.text }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    "{% endmacro %}"
-    "{% if tools %}"
-    "<|im_start|>system{{ '\\n' }}"
-    "{% if messages[0].role == 'system' %}{{ render(messages[0].content) + '\\n\\n' }}{% endif %}"
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
-    "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name and arguments "
-    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-    "<args-json-object>}\n</tool_call><|im_end|>\n"
-    "{% elif messages[0].role == 'system' %}"
-    "<|im_start|>system{{ '\\n' + render(messages[0].content) }}<|im_end|>\n"
-    "{% endif %}"
-    "{% for message in messages %}"
-    "{% if message.role == 'system' and loop.first %}"
-    "{% elif message.role == 'tool' %}"
-    "<|im_start|>user{{ '\\n' }}<tool_response>{{ '\\n' + render(message.content) + '\\n' }}"
-    "</tool_response><|im_end|>{{ '\\n' }}"
-    "{% else %}"
-    "<|im_start|>{{ message.role + '\\n' + render(message.content) }}<|im_end|>{{ '\\n' }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}{% endif %}"
-)
+# Qwen3-VL-2B-Instruct's own chat template (its chat_template.json), less video and the optional
+# "Picture N:" labels: the system prompt with the tools in hermes form, user turns with images, assistant
+# turns with their tool calls, and consecutive tool results joined in one user turn.
+CHAT_TEMPLATE = """\
+{%- macro render(content) -%}
+    {%- if content is string -%}
+        {{- content -}}
+    {%- else -%}
+        {%- for part in content -%}
+            {%- if part.type == 'image' or 'image' in part or 'image_url' in part -%}
+                {{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
+            {%- elif 'text' in part -%}
+                {{- part.text -}}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- render(messages[0].content) + '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with \
+function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within \
+<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": \
+<args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\\n' + render(messages[0].content) + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\\n' + render(message.content) + '<|im_end|>\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role + '\\n' + render(message.content) }}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and message.content) or (not loop.first) %}
+                    {{- '\\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' + render(message.content) + '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
 
 _CORPUS = """\
 The screen shows a window with a title bar, a menu, buttons and text fields. Click the button labelled OK.

@@ -18,6 +18,7 @@ next turn runs it), and an end token the template never renders is recorded as t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 
@@ -268,6 +269,7 @@ class LocalSession(Session):
                         options.top_p,
                         top_k=options.top_k,
                         presence_penalty=options.presence_penalty,
+                        frequency_penalty=options.frequency_penalty,
                         seen=seen,
                     )
                 )
@@ -290,6 +292,9 @@ class LocalSession(Session):
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         e = self.engine
         batcher = e.batcher
+        if options.reply_prefix and not options.force_ids:  # every decode path honours forced tokens
+            prefix = e.tokenizer.encode(options.reply_prefix, add_special_tokens=False)
+            options = dataclasses.replace(options, force_ids=tuple(prefix))
         # Join the batch when the model is busy with other turns (a lone turn keeps the single-stream
         # path); never when this thread's own unfinished turn holds the model, which would wait for itself.
         # A batch thread that still holds the model after its last turn ended is about to let go.

@@ -64,7 +64,9 @@ class ReplaySession(Session):
 
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         start = time.perf_counter()
-        self.engine.requests.append(Request(self.id, self.system, text, [im.content_hash for im in images]))
+        hashes = [im.content_hash for im in images]
+        history = [(t.text, t.reply) for t in self.turns]
+        self.engine.requests.append(Request(self.id, self.system, text, hashes, self.tools, history))
         reply = self.engine.next_reply()
         pieces = _pieces(reply)
         first = None
