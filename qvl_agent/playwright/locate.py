@@ -17,6 +17,7 @@ Locators are plain dicts so that they go into the trace as JSON and `export` can
     {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
     {"kind": "within", "item": "tr", "has_text": "#1002",      page.locator("tr").filter(has=page.get_by_text(
      "inner": {"kind": "role", "role": "button", ...}}            "#1002", exact=True)).get_by_role("button", ...)
+    {"kind": "item", "item": "tr", "has_text": "#1002"}       the row itself (an end-state check: it is gone)
     {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
 
 An element inside a repeated structure (a table row, a list item, a card: an ancestor with siblings of
@@ -336,11 +337,6 @@ def candidates(page, info: dict) -> list[dict]:
                 found += [{"kind": "within", "item": selector, "has_text": text, "inner": i} for i in inner]
     found.append({"kind": "css", "selector": info["css"]})
     return found
-
-
-def positional(locator: dict) -> bool:
-    """Whether a locator finds its element by place alone (a CSS path), with nothing on the page naming it."""
-    return locator.get("kind") == "css"
 
 
 def resolve_handle(page, handle) -> Located | None:
