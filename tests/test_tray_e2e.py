@@ -383,6 +383,27 @@ def test_settings_open_above_an_ask_window_and_a_recorded_hotkey_works_at_once(t
     tray.quit()
 
 
+def test_settings_saved_with_nothing_changed_say_so_and_write_nothing(tray_factory):
+    tray = tray_factory([REPLY])
+    tray.wait_notice("Ready:")
+    settings_file = tray.config_dir / "config.toml"
+    before = settings_file.read_bytes() if settings_file.exists() else None
+    t0 = time.monotonic()
+    assert tray.cli("tray", "--send", "settings").returncode == 0
+    dialog = wait_window(tray.display, "^qvl-agent settings$")
+    x, y, w, h = geometry(tray.display, dialog)
+    shown = grab(tray.display, x, y, w, h)
+    assert len({pixel for row in shown for pixel in row}) > 5, "the settings dialog is not drawn"
+    xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
+    xdo(tray.display, "key", "Return")  # Save, with every field as it was
+    said = tray.wait_notice("Nothing changed", "Settings saved", after=t0)
+    assert "Nothing changed" in said and "Settings saved" not in said and str(settings_file) in said, said
+    wait_gone(tray.display, "^qvl-agent settings$")
+    after = settings_file.read_bytes() if settings_file.exists() else None
+    assert after == before  # what the notice says is what happened on disk
+    tray.quit()
+
+
 def test_a_second_hotkey_press_reuses_the_ask_window_and_the_model_never_sees_our_windows(tray_factory):
     """The tray talks to a model server on 127.0.0.1 that keeps every image it is sent: the screenshot
     taken while an ask window is open shows the bare desktop, and the second press reuses that window.
