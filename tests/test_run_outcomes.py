@@ -193,3 +193,27 @@ def test_the_tray_s_sentence_about_a_dry_run_does_not_read_as_a_done_task():
     dry = RunResult("success", steps=2, message="The model ended the task: success.", dry_run=True)
     assert describe_outcome(real).startswith("Task done")
     assert describe_outcome(dry).startswith("Dry run done (nothing was clicked or typed)")
+
+
+@pytest.mark.parametrize("problem", ["missing", "not json", "not a list"])
+def test_a_bad_replay_file_is_one_sentence_before_any_run_folder(tmp_path, problem):
+    replies = tmp_path / "replies.json"
+    if problem != "missing":
+        replies.write_text("{nope" if problem == "not json" else '{"a": 1}', encoding="utf-8")
+    script = tmp_path / "saved.py"
+    script.write_text("print('hi')\n", encoding="utf-8")
+    engine = f"replay:{replies}"
+    commands = {
+        "run": ("run", "--engine", engine, "--dry-run", "--trace-dir", str(tmp_path / "run-dir"), "Save"),
+        "browse": ("browse", "--url", "https://x.test/", "--engine", engine, "--trace-dir", f"{tmp_path}/b-dir", "A"),
+        "replay": ("replay", str(script), "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heal-dir")),
+        "browse, default folder": ("browse", "--url", "https://example.com/", "--engine", engine, "Sign in"),
+    }
+    for name, args in commands.items():
+        done = run_cli(*args, env=_env(tmp_path))
+        assert done.returncode == 2, (name, done.stderr)
+        said = done.stderr.strip().splitlines()
+        assert len(said) == 1 and "replay file" in said[0] and str(replies) in said[0], (name, said)
+    assert not any(tmp_path.glob("*-dir")), "a run folder was made before the error"
+    assert not (tmp_path / "data" / "qvl-agent" / "runs").exists()
+    assert _listed(tmp_path)[0].startswith("No runs")

@@ -38,7 +38,7 @@ from qvl_agent.cli import (
     task_and_steps,
 )
 from qvl_agent.config import Settings
-from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.engine import GenerationOptions, check_engine, open_engine
 from qvl_agent.errors import QvlError, UsageError
 from qvl_agent.trace import TraceWriter, default_trace_dir
 
@@ -90,6 +90,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     if export is not None and (export.exists() or export.is_symlink()):
         raise UsageError(f"{export} already exists: --export writes a new file (remove it or choose another name).")
 
+    check_engine(settings)  # a missing replay file is bad input, not a run that failed to start
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
     executor = None

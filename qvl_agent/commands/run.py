@@ -42,7 +42,7 @@ from qvl_agent.cli import (
     task_and_steps,
 )
 from qvl_agent.config import Settings, hotkey_label
-from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.engine import GenerationOptions, check_engine, open_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
 from qvl_agent.trace import TraceWriter, default_trace_dir
@@ -142,6 +142,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     region = Region.parse(args.region) if args.region else None
     if args.monitor is not None:
         _check_monitor(args.monitor)
+    check_engine(settings)
     mode = "auto" if args.yes else "dry-run" if args.dry_run else settings.safety_mode
     hotkey = settings.hotkeys.stop
     dry = "DRY RUN: " if mode == "dry-run" else ""
