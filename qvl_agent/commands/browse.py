@@ -5,8 +5,9 @@
                      [--secret NAME ...] [--allow-domain HOST ...] TASK
 
 The same agent loop and actions as `run`, carried out by Playwright in a fresh Chromium profile
-(headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each click is
-resolved to a locator and recorded in the trace. With --export FILE a successful run is compiled into a
+(headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each step
+prints the model's one-line reason, then its actions. Each click is resolved to a locator and recorded in
+the trace. With --export FILE a successful run is compiled into a
 standalone Playwright script that replays it without the model (`qvl-agent replay FILE`). --secret NAME: the model
 types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
 --allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
@@ -19,6 +20,7 @@ start page could not be opened, "interrupted" after Ctrl+C.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -121,7 +123,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 trace,
                 max_steps=args.max_steps,
                 prompt_name="browser",
-                on_event=print_event,
+                on_event=functools.partial(print_event, reasons=True),
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
             )

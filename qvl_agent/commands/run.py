@@ -18,7 +18,6 @@ that Ctrl+C interrupted.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -45,10 +44,10 @@ from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, check_engine, open_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
+from qvl_agent.parse import reply_words
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
 
-_TOOL_CALL = re.compile(r"<tool_call>.*?(</tool_call>|$)", re.DOTALL)
 # The capital letter is what Enter (or the end of input) answers: in confirm mode the run ends, as before;
 # under --yes, which asks only about system key combinations, the chord is refused and the model told.
 PROMPTS = {"auto": "Do it? [y/N/q] ", "confirm": "Do it? [y/n/Q] "}
@@ -71,7 +70,7 @@ class TerminalConfirm:
             self._reply = event.message
 
     def _say_reply(self) -> None:
-        words = _TOOL_CALL.sub("", self._reply or "").strip()
+        words = reply_words(self._reply or "")
         self._reply = None
         if words:
             text = printable(words, keep="\n").replace("\n", "\n    ")
