@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -217,3 +218,24 @@ def test_a_bad_replay_file_is_one_sentence_before_any_run_folder(tmp_path, probl
     assert not any(tmp_path.glob("*-dir")), "a run folder was made before the error"
     assert not (tmp_path / "data" / "qvl-agent" / "runs").exists()
     assert _listed(tmp_path)[0].startswith("No runs")
+
+
+@pytest.mark.browser
+def test_trace_list_shows_runs_made_with_trace_dir_by_their_path_and_skips_deleted_ones(tmp_path):
+    server = PageServer().start()
+    try:
+        engine = _replay(tmp_path, [call(action="terminate", status="success")])
+        url = f"{server.url}/index.html"
+        elsewhere = tmp_path / "my runs" / "first"
+        gone = tmp_path / "my runs" / "second"
+        for folder, task in ((elsewhere, "Look elsewhere"), (gone, "Then delete me"), (None, "Look at home")):
+            where = ("--trace-dir", str(folder)) if folder else ()
+            done = run_cli("browse", "--url", url, "--engine", engine, *where, task, env=_env(tmp_path))
+            assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    shutil.rmtree(gone)
+    lines = _listed(tmp_path)
+    assert len(lines) == 2, lines
+    assert "Look at home" in lines[0] and not lines[0].startswith("/")  # newest first, by its folder name
+    assert lines[1].startswith(f"{elsewhere} ") and "Look elsewhere" in lines[1] and "success" in lines[1]
