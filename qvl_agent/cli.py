@@ -231,8 +231,14 @@ def print_result(result, trace_dir, prefix: str = "") -> None:
         print(printable(result.would_do_text(), keep="\n"), file=sys.stderr, flush=True)
 
 
+DRY_RUN_EXIT = 3  # a dry run finished: nothing was done, so neither 0 (done) nor 1 (failed)
+
+
 def run_exit_code(result) -> int:
-    """0 when the task was done, 130 when Ctrl+C interrupted it (as the shell would say), else 1."""
+    """0 when the task was done, 3 when a dry run finished (nothing was done), 130 when Ctrl+C interrupted
+    it (as the shell would say), else 1."""
+    if result.status == "dry_run":
+        return DRY_RUN_EXIT
     return 0 if result.ok else 130 if result.status == "interrupted" else 1
 
 

@@ -7,6 +7,7 @@
                            "capture": "reused" when the settled screen was reused, not grabbed again}
                           {"type": "end", "status", "answer", "steps", "message", "finished",
                            "dry_run", "would_do"}                                                 last
+                          (status "dry_run": a dry run the model ended as done; nothing was done)
     DIR/step-NNN.png    the screenshot the model looked at in step N
 
 Runs go to runs/ in the user's data folder unless told otherwise (`--trace-dir`, an MCP replay's heals/
@@ -266,7 +267,8 @@ class RunSummary:
 
     @property
     def outcome_text(self) -> str:
-        return f"{self.outcome} (dry run)" if self.dry_run else self.outcome
+        """The status, marked for a dry run that ended otherwise ("dry_run" says it by itself)."""
+        return f"{self.outcome} (dry run)" if self.dry_run and self.outcome != "dry_run" else self.outcome
 
 
 def _run_key(path: Path) -> tuple:

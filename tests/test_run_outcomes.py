@@ -102,24 +102,25 @@ def test_a_dry_run_is_called_one_everywhere_with_what_it_would_have_run(x_displa
     done = run_cli(
         "run", "--engine", engine, "--dry-run", "--trace-dir", str(trace_dir), "Say hello", env=_env(tmp_path)
     )
-    assert done.returncode == 0, done.stderr
-    assert "success (dry run, nothing was clicked or typed): The model ended the task: success." in done.stderr
+    assert done.returncode == 3, done.stderr  # its own exit status: neither done (0) nor failed (1)
+    assert "dry run finished (nothing was clicked or typed): The model ended the task: success." in done.stderr
+    assert "success (" not in done.stderr
     assert "Would have run (2 actions):\n  1. left_click at (500, 500) -> pixel (960, 540)\n  2. type 'hello'" in (
         done.stderr
     )
 
     [line] = [line for line in _listed(tmp_path) if line.startswith("dry ")]
-    assert "success (dry run)" in line and "Say hello" in line
+    assert " dry_run " in line and "success" not in line and "Say hello" in line
 
     shown = run_cli("trace", "show", str(trace_dir), env=_env(tmp_path)).stdout
     assert "(dry run: nothing was clicked or typed)" in shown
-    assert "end      success (dry run) after 2 steps" in shown
+    assert "end      dry_run after 2 steps" in shown
     assert "would do 1. left_click at (500, 500) -> pixel (960, 540)" in shown and "2. type 'hello'" in shown
 
     report = (trace_dir / "report.html").read_text(encoding="utf-8")
     assert "<title>qvl-agent dry run: Say hello</title>" in report
     assert '<header class="dry">' in report
-    assert "success (dry run: nothing was clicked or typed)" in report
+    assert "dry run finished (nothing was clicked or typed)" in report and "success (" not in report
     assert "1. left_click at (500, 500) -&gt; pixel (960, 540); 2. type &#x27;hello&#x27;" in report
 
 
@@ -191,9 +192,9 @@ def test_the_tray_s_sentence_about_a_dry_run_does_not_read_as_a_done_task():
     from qvl_agent.ui.automation import describe_outcome
 
     real = RunResult("success", steps=2, message="The model ended the task: success.")
-    dry = RunResult("success", steps=2, message="The model ended the task: success.", dry_run=True)
+    dry = RunResult("dry_run", steps=2, message="The model ended the task: success.", dry_run=True)
     assert describe_outcome(real).startswith("Task done")
-    assert describe_outcome(dry).startswith("Dry run done (nothing was clicked or typed)")
+    assert describe_outcome(dry).startswith("Dry run finished, nothing was clicked or typed")
 
 
 @pytest.mark.parametrize("problem", ["missing", "not json", "not a list"])

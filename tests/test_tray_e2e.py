@@ -265,6 +265,24 @@ def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory)
     tray.quit()
 
 
+def test_a_dry_run_from_the_tray_says_nothing_was_done_and_lists_what_it_would_have_run(tray_factory):
+    tray = tray_factory(
+        [call("left_click", coordinate=[500, 500]), call("terminate", status="success")],
+        env={"QVL_SAFETY_MODE": "dry-run"},
+    )
+    tray.wait_notice("Ready:")
+    xdo(tray.display, "mousemove", "17", "23")
+    t0 = time.monotonic()
+    give_task(tray, "Click the middle of the screen")
+    said = tray.wait_notice("Dry run finished", "Task done", after=t0)
+    assert "Dry run finished, nothing was clicked or typed" in said and "Task done" not in said, said
+    tray.wait_notice("Would have run (1 action):", after=t0)
+    tray.wait_notice("1. left_click at (500, 500) -> pixel (960, 540)", after=t0)
+    location = xdo(tray.display, "getmouselocation").stdout
+    assert location.startswith("x:17 y:23 "), location  # nothing moved
+    tray.quit()
+
+
 @pytest.mark.browser
 def test_with_a_browser_focused_the_ask_window_offers_a_playwright_script(tray_factory, tmp_path):
     chromium = find_browser()  # found the way the product finds it; none is a failure, not a skip

@@ -10,7 +10,8 @@ done anyway (a point outside the screen, a key this keyboard lacks, a limit) is 
 `--yes` runs without asking, `--dry-run` touches nothing. System key combinations (log out, lock, console
 switch) are asked about even with `--yes` unless `--allow-keys`. The emergency stop hotkey (default
 ctrl+alt+Escape) halts the run at once; `--yes` refuses to start without it. Exit 0 when the model
-ends with success, 1 on failure, stop or a limit, 2 on bad usage or input, 130 on Ctrl+C. Every run
+ends with success, 1 on failure, stop or a limit, 2 on bad usage or input, 3 when a dry run finished
+(status dry_run: nothing was done), 130 on Ctrl+C. Every run
 writes a trace folder with its outcome and report.html (`qvl-agent trace show DIR` prints it), also a run
 that Ctrl+C interrupted.
 """
@@ -115,7 +116,9 @@ def register(sub) -> None:
     add_engine_args(p)
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="run every action without asking")
-    mode.add_argument("--dry-run", action="store_true", help="show what would be done; touch nothing")
+    mode.add_argument(
+        "--dry-run", action="store_true", help="show what would be done; touch nothing (exit 3 when it finishes)"
+    )
     p.add_argument("--allow-keys", action="store_true", help="press system key combinations without asking")
     p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps")
     where = p.add_mutually_exclusive_group()

@@ -90,7 +90,7 @@ def format_trace(directory) -> str:
             out.append("  timings: " + ", ".join(shown))
     if trace.end:
         e = trace.end
-        dry = " (dry run)" if is_dry_run(trace) else ""
+        dry = " (dry run)" if is_dry_run(trace) and e.get("status") != "dry_run" else ""
         out.append(f"\nend      {e.get('status')}{dry} after {e.get('steps')} steps: {e.get('message', '')}")
         if e.get("answer"):
             out.append(f"answer   {e['answer']}")

@@ -85,15 +85,17 @@ class _Ask(QObject):
 
 
 def describe_outcome(result: RunResult, declined: str = "") -> str:
-    """One sentence for the person: how the run ended (a "no" in confirm mode is a cancel, not a stop)."""
+    """One sentence for the person: how the run ended (a "no" in confirm mode is a cancel, not a stop).
+    A dry run says that nothing was done, then lists the actions it would have run, one a line."""
     if declined:
         return f"Task cancelled: you declined {declined}."
     head = {"success": "Task done", "failure": "Task failed", "stopped": "Task stopped", "limit": "Task not finished"}
     text = f"{head.get(result.status, 'Task ended with an error')}: {result.message}"
     if result.dry_run:  # nothing happened on the screen: the sentence must not read as a done task
-        head = {"success": "Dry run done (nothing was clicked or typed)"}
-        text = f"{head.get(result.status, 'Dry run ended (nothing was clicked or typed)')}: {result.message}"
-    return f"{text} Answer: {result.answer}" if result.answer else text
+        head = {"dry_run": "Dry run finished, nothing was clicked or typed"}
+        text = f"{head.get(result.status, 'Dry run ended, nothing was clicked or typed')}: {result.message}"
+    text = f"{text} Answer: {result.answer}" if result.answer else text
+    return f"{text}\n{result.would_do_text()}" if result.dry_run else text
 
 
 class Automation(QObject):
