@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from qvl_agent import actions as A
+from qvl_agent.act.describe import confirm_question, declined_message
 from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard, Pixels, describe_pixels, read_line
@@ -45,7 +46,6 @@ from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, check_engine, open_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
-from qvl_agent.parse import reply_words
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
 
@@ -70,23 +70,20 @@ class TerminalConfirm:
         if event.kind == "reply":
             self._reply = event.message
 
-    def _say_reply(self) -> None:
-        words = reply_words(self._reply or "")
-        self._reply = None
-        if words:
-            text = printable(words, keep="\n").replace("\n", "\n    ")
-            print(f"qvl-agent: the model says:\n    {text}", file=sys.stderr, flush=True)
-
     def __call__(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
         self.desktop.validate(action)  # a key this keyboard lacks is refused now, not after a "y"
-        self._say_reply()
         stop_chord = self.guard.stop_chord
+        question = confirm_question(action, pixels, self._reply or "", stop_chord)  # as the tray's dialog asks
+        self._reply = None  # the model's words once per reply, before its first action
+        if question.reason:
+            text = printable(question.reason, keep="\n").replace("\n", "\n    ")
+            print(f"qvl-agent: the model says:\n    {text}", file=sys.stderr, flush=True)
         why = system_chord(action.keys, stop_chord) if isinstance(action, A.Key) else ""
-        warning = f" WARNING: a system key combination ({why})." if why else ""
+        warning = f" WARNING: {question.warning}." if question.warning else ""
         marked = bool(pixels) and self.marker is not None and self.marker.show(*pixels[0], A.describe(action))
         where = " (marked on the screen)" if marked else ""
         prompt = PROMPTS.get(self.guard.mode, PROMPTS["confirm"])
-        print(f"qvl-agent: {describe_pixels(action, pixels)}{where}.{warning} {HELP} {prompt}",
+        print(f"qvl-agent: it will {printable(question.doing)}{where}.{warning} {HELP} {prompt}",
               end="", file=sys.stderr, flush=True)  # fmt: skip
         try:
             answer = read_line(sys.stdin if self.stream is None else self.stream, self.guard.switch).strip().lower()
@@ -103,10 +100,7 @@ class TerminalConfirm:
                 raise ActionError(
                     f"{A.describe(action)} was refused: {why}. Reach the goal without system key combinations."
                 )
-            raise ActionError(
-                f"The person declined {A.describe(action)}: do something else, or end the task if there is no "
-                "other way."
-            )
+            raise ActionError(declined_message(action))
         self.guard.stop(f"The person ended the run at: {describe_pixels(action, pixels)}.")
         return False
 
