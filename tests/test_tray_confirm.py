@@ -1,7 +1,8 @@
 """The tray's confirm dialog on a real X display, as a person sees it: the model's reason and the action in
 words (never the model's 0-1000 coordinates), Yes, No and Stop inside the window, and the red ring on the
 spot beside the dialog, not under it. No tells the model and the run goes on; Stop ends the run before
-anything is done. The terminal asks with the same words."""
+anything is done. The terminal asks with the same words. A dry run started with Do it comes back to the
+window saying nothing was done, with every action it would have run on the screen."""
 
 from __future__ import annotations
 
@@ -95,3 +96,27 @@ def test_no_tells_the_model_and_the_run_goes_on(x_display, tmp_path):
     runs = list((tmp_path / "runs").iterdir())
     trace = [json.loads(line) for line in (runs[0] / "trace.jsonl").read_text().splitlines()]
     assert "The person declined left_click" in trace[2]["observation"]  # the model was told
+
+
+def test_a_dry_run_from_do_it_shows_in_the_window_that_nothing_was_done_and_what_it_would_have_run(x_display, tmp_path):
+    replies = [
+        call(action="left_click", coordinate=[500, 500]) + call(action="type", text="hello"),
+        call(action="terminate", status="success"),
+    ]
+    report = confirm_on_display(x_display, tmp_path, replies, "--mode=dry-run")
+    assert report["asked"] == [] and report["executed"] == []  # nothing asked, nothing done
+    window = report["window"]
+    assert window["visible"]
+    lines = window["status"].splitlines()
+    assert lines[0] == "Dry run finished, nothing was clicked or typed: The model ended the task: success."
+    assert lines[1:] == ["Would have run (2 actions):", "  1. left_click at (500, 500) -> pixel (960, 540)",
+                         "  2. type 'hello'"]  # fmt: skip
+    assert window["status"] == report["finished"]
+    # The whole list is on the screen, inside the window.
+    assert inside(window["status_rect"], window["frame"]), window
+    seen = Image.open(tmp_path / "after.png").convert("RGB")
+    x, y, w, h = window["status_rect"]
+    rows = [y + round(h * (i + 0.5) / 4) for i in range(4)]  # four lines of text, top to bottom
+    for row in rows:
+        band = {seen.getpixel((px, py)) for px in range(x, x + w // 2) for py in range(row - 4, row + 5)}
+        assert len(band) > 2, f"no text drawn at y={row} of the status line {window['status_rect']}"
