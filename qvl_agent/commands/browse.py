@@ -79,6 +79,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
+    check_engine(settings)  # a missing replay file is bad input, not a run that failed to start
     url = check_url(args.url)
     if args.headed and capture.display_kind() in ("none", "wayland"):  # Chromium's window needs an X display
         raise UsageError("--headed shows the browser window, but there is no display here (DISPLAY is not set): "
@@ -92,7 +93,6 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     if export is not None and (export.exists() or export.is_symlink()):
         raise UsageError(f"{export} already exists: --export writes a new file (remove it or choose another name).")
 
-    check_engine(settings)  # a missing replay file is bad input, not a run that failed to start
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
     executor = None

@@ -134,11 +134,11 @@ def _check_monitor(monitor: int) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     task = task_and_steps(args, 'qvl-agent run "Open the settings"')
+    check_engine(settings)  # a missing replay file is one sentence before anything else happens
     secrets = secrets_from_args(args)
     region = Region.parse(args.region) if args.region else None
     if args.monitor is not None:
         _check_monitor(args.monitor)
-    check_engine(settings)
     mode = "auto" if args.yes else "dry-run" if args.dry_run else settings.safety_mode
     hotkey = settings.hotkeys.stop
     dry = "DRY RUN: " if mode == "dry-run" else ""
