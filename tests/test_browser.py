@@ -322,3 +322,16 @@ def test_each_step_prints_the_model_s_one_line_reason_before_its_actions(tmp_pat
     [third] = [line for line in lines if line.startswith("step 3: the model says: ")]
     assert third.startswith("step 3: the model says: The form is filled; nothing else") and third.endswith("…")
     assert len(third) < 200 and "\x1b" not in done.stdout
+
+
+def test_a_secret_the_model_read_off_the_page_is_not_printed_in_its_reason(tmp_path, server):
+    url = server.url + "/login.html"
+    replies = ["The field shows 4711-ab, so the PIN is in.\n" + call(action="terminate", status="success")]
+    replay = write_replay(tmp_path / "replies.json", replies)
+    done = run_cli(
+        "browse", "--url", url, "--engine", f"replay:{replay}", "--secret", "PIN", "--trace-dir", str(tmp_path / "t"),
+        "Check the PIN", env=dict(ENV, QVL_CONFIG_DIR=str(tmp_path / "config"), QVL_SECRET_PIN="4711-ab"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "step 1: the model says: The field shows {{PIN}}, so the PIN is in." in done.stdout.splitlines()
+    assert "4711-ab" not in done.stdout + done.stderr

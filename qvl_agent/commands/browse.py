@@ -20,6 +20,7 @@ start page could not be opened, "interrupted" after Ctrl+C.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from pathlib import Path
@@ -74,6 +75,14 @@ def _check_host(host: str) -> str:
     return host
 
 
+def _print_step(secrets, event) -> None:
+    """The step's lines on the terminal, with the model's reason first; a secret's value in the reason (the
+    model read it off the page) is shown as its placeholder."""
+    if event.kind == "reply":
+        event = dataclasses.replace(event, message=secrets.mask(event.message))
+    print_event(event, reasons=True)
+
+
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
     from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
@@ -123,7 +132,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 trace,
                 max_steps=args.max_steps,
                 prompt_name="browser",
-                on_event=functools.partial(print_event, reasons=True),
+                on_event=functools.partial(_print_step, secrets),
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
             )
