@@ -240,3 +240,15 @@ def test_trace_list_shows_runs_made_with_trace_dir_by_their_path_and_skips_delet
     assert len(lines) == 2, lines
     assert "Look at home" in lines[0] and not lines[0].startswith("/")  # newest first, by its folder name
     assert lines[1].startswith(f"{elsewhere} ") and "Look elsewhere" in lines[1] and "success" in lines[1]
+
+
+def test_the_tray_lists_a_long_dry_run_s_first_actions_and_points_to_the_report_for_the_rest():
+    from qvl_agent.agent import RunResult
+    from qvl_agent.ui.automation import describe_outcome
+
+    would_do = tuple(f"left_click at ({i}, {i}) -> pixel ({i}, {i})" for i in range(1, 21))
+    dry = RunResult("dry_run", steps=21, message="The model ended the task: success.", dry_run=True, would_do=would_do)
+    lines = describe_outcome(dry).splitlines()
+    assert lines[1] == "Would have run (20 actions):"
+    assert lines[2:10] == [f"  {i}. {what}" for i, what in enumerate(would_do[:8], start=1)]
+    assert lines[10:] == ["  … and 12 more (Open report lists them all)."]

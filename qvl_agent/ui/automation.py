@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from qvl_agent.agent import RunResult
 
 MARKER_MS = 600  # how long the ring shows where the next click lands before the click happens
+SHOWN_ACTIONS = 8  # a dry run's actions listed in the window and the notice; the report lists every one
 MARKER_TIMEOUT_S = 10.0  # a GUI thread that cannot show the marker by then refuses the action
 
 
@@ -100,7 +101,13 @@ def describe_outcome(result: RunResult, stopped_at: str = "") -> str:
         head = {"dry_run": "Dry run finished, nothing was clicked or typed"}
         text = f"{head.get(result.status, 'Dry run ended, nothing was clicked or typed')}: {result.message}"
     text = f"{text} Answer: {result.answer}" if result.answer else text
-    return f"{text}\n{result.would_do_text()}" if result.dry_run else text
+    if not result.dry_run:
+        return text
+    lines = result.would_do_text().splitlines()
+    if len(lines) > SHOWN_ACTIONS + 1:  # the window and the notice stay on the screen; the report has them all
+        more = len(lines) - 1 - SHOWN_ACTIONS
+        lines = [*lines[: SHOWN_ACTIONS + 1], f"  … and {more} more (Open report lists them all)."]
+    return "\n".join([text, *lines])
 
 
 class Automation(QObject):
