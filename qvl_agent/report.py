@@ -217,6 +217,8 @@ def render_report(trace: Trace) -> str:
     status = end.get("status", "?") if end else "unfinished"
     dry = is_dry_run(trace)
     shown = f"{status} (dry run: nothing was clicked or typed)" if dry else status
+    if status == "dry_run":
+        shown = "dry run finished (nothing was clicked or typed)"
     planned = would_do(trace)
     rows = [
         ("Task", run.get("task", "?")),

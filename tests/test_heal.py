@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -335,6 +336,10 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     assert heal["locator"] == 'page.get_by_role("button", name="Create account", exact=True)'
     assert 'page.get_by_role("button", name="Create account", exact=True).click()' in healed["healed_script"]
     assert healed["report"].endswith("report.html")
+    # The heals' run sits inside the MCP run's folder, and `trace list` still lists it, with where it is.
+    heals = Path(healed["report"]).parent
+    listed = run_cli("trace", "list", "-n", "100").stdout
+    assert f"{heals.resolve()} " in listed, listed
 
 
 def test_an_earlier_healed_script_is_never_overwritten(tmp_path, server):

@@ -11,7 +11,16 @@ from qvl_agent.config import Settings
 from qvl_agent.engine.base import STATS_KEYS, Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import UsageError
 
-__all__ = ["Engine", "GenerationOptions", "STATS_KEYS", "Session", "TurnStats", "describe_engine", "open_engine"]
+__all__ = [
+    "Engine",
+    "GenerationOptions",
+    "STATS_KEYS",
+    "Session",
+    "TurnStats",
+    "check_engine",
+    "describe_engine",
+    "open_engine",
+]
 
 
 def open_engine(settings: Settings, spec: str | None = None) -> Engine:
@@ -30,6 +39,19 @@ def open_engine(settings: Settings, spec: str | None = None) -> Engine:
 
         return RemoteEngine(spec.removeprefix("openai:"), api_key=settings.api_key, model=settings.model)
     raise UsageError(f"Unknown engine {spec!r}: use local, replay:FILE or openai:URL.")
+
+
+def check_engine(settings: Settings) -> None:
+    """What can be told about the engine in milliseconds, without loading a model: a replay file that is
+    missing or holds no replies, an engine kind qvl-agent does not know. Commands call it before they make
+    a run folder, so bad input is one sentence and no "failed to start" run."""
+    spec = settings.engine
+    if spec.startswith("replay:"):
+        from qvl_agent.engine.replay import ReplayEngine
+
+        ReplayEngine.from_file(spec.removeprefix("replay:"))
+    elif spec != "local" and not spec.startswith("openai:"):
+        raise UsageError(f"Unknown engine {spec!r}: use local, replay:FILE or openai:URL.")
 
 
 def describe_engine(settings: Settings, engine: Engine | None = None) -> str:

@@ -313,8 +313,9 @@ def _draw(outcome: Outcome, path: Path) -> None:
 def write_screenspot_report(
     out: Path, outcomes: list[Outcome], lines: list[str], seed: int = 0, facts: list[tuple[str, str]] = ()
 ) -> Path:
-    """`report.html`: the figures, a table per item, and a sample of hits and misses drawn on their
-    screenshots (green box: the truth; red cross: the model's point)."""
+    """`report.html`: the figures, a table per item, and a sample of misses and hits drawn on their
+    screenshots (green box: the truth; red cross: the model's point). Misses come first, in the pictures
+    and in the table: they are what a person reads a report for."""
     rng = random.Random(seed)
     hits = [o for o in outcomes if o.hit]
     misses = [o for o in outcomes if not o.hit]
@@ -323,7 +324,7 @@ def write_screenspot_report(
     for old in [*samples.glob("hit-*.png"), *samples.glob("miss-*.png")]:  # an earlier run into the same --out
         old.unlink()
     figures = []
-    for kind, group in (("hit", hits), ("miss", misses)):
+    for kind, group in (("miss", misses), ("hit", hits)):
         for i, o in enumerate(rng.sample(group, min(SAMPLES, len(group)))):
             name = f"{kind}-{i + 1}.png"
             _draw(o, samples / name)
@@ -332,9 +333,10 @@ def write_screenspot_report(
                 f"<figure><img src='samples/{name}'><figcaption class='{kind}'>{html.escape(caption)}"
                 "</figcaption></figure>"
             )
-    rows = [(o.item.id, o.item.instruction, "yes" if o.hit else "no", o.point or "-", f"{o.ms:.0f}") for o in outcomes]
+    listed = misses + hits
+    rows = [(o.item.id, o.item.instruction, "yes" if o.hit else "no", o.point or "-", f"{o.ms:.0f}") for o in listed]
     sections = [
-        ("Hits and misses (green: the element's box, red: the model's point)", "".join(figures) or "none"),
+        ("Misses and hits (green: the element's box, red: the model's point)", "".join(figures) or "none"),
         ("Items", table(("id", "instruction", "hit", "point", "ms"), rows)),
     ]
     return write_report(out, "qvl-agent eval screenspot", lines, sections, facts)

@@ -62,7 +62,7 @@ class RunOutcome:
         lines = []
         if self.dry_run:
             lines.append("DRY RUN: nothing was clicked or typed on the screen; the task was NOT carried out.")
-        status = f"{self.status} (dry run)" if self.dry_run else self.status
+        status = f"{self.status} (dry run)" if self.dry_run and self.status != "dry_run" else self.status
         lines.append(f"{status}: {self.message}")
         if self.answer:
             lines.append(f"Answer: {self.answer}")

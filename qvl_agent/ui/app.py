@@ -340,15 +340,14 @@ class TrayApp(QObject):
     @Slot()
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self.settings_path)
-        dialog.saved.connect(self._settings_saved)
+        dialog.saved.connect(lambda new: self._settings_saved(new, dialog.outcome))
         dialog.setModal(False)
         dialog.show()
         dialog.raise_()
         dialog.activateWindow()
         self._settings_dialog = dialog  # keep it alive while open
 
-    @Slot(object)
-    def _settings_saved(self, new: Settings) -> None:
+    def _settings_saved(self, new: Settings, outcome: str) -> None:
         old, self.settings = self.settings, new
         if new.hotkeys != old.hotkeys and hk.problem() is None:
             problem = self.listener.restart(new.hotkeys)
@@ -357,7 +356,7 @@ class TrayApp(QObject):
         reload = dataclasses.replace(old, hotkeys=new.hotkeys, safety_mode=new.safety_mode) != new
         closing = reload and bool(self.windows)
         self.notify(
-            f"Settings saved to {self.settings_path}."
+            outcome
             + (" Reloading the model…" if reload else "")
             + (" The open ask windows were closed (their conversations were with the old model)." if closing else "")
         )
