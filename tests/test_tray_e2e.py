@@ -75,13 +75,14 @@ def type_into(tray: Tray, window: str, text: str, then: str = "Return") -> None:
 
 
 def copied_answer(tray: Tray, expected: str, timeout: float = 20.0) -> str:
-    """Press Copy (Alt+C) until the answer is on the clipboard: it is enabled once the answer is complete."""
+    """Press Copy (Alt+C) until the answer, which begins with `expected`, is on the clipboard: Copy is enabled
+    once the answer is complete."""
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
         xdo(tray.display, "key", "alt+c")
         text = clipboard(tray.display)
-        if text == expected:
+        if text.startswith(expected):
             return text
         time.sleep(0.2)
     return text
