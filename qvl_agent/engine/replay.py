@@ -64,7 +64,16 @@ class ReplaySession(Session):
 
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         start = time.perf_counter()
-        self.engine.requests.append(Request(self.id, self.system, text, [im.content_hash for im in images]))
+        self.engine.requests.append(
+            Request(
+                self.id,
+                self.system,
+                text,
+                [im.content_hash for im in images],
+                [im.size for im in images],
+                self.text_first,
+            )
+        )
         reply = self.engine.next_reply()
         pieces = _pieces(reply)
         first = None
