@@ -160,3 +160,36 @@ def test_locate_zoom_on_a_4k_screenshot_from_the_command_line(tmp_path):
     assert (
         refused.stderr.strip() == "qvl-agent: The model (UI-Venus-1.5) says 'the purple elephant' is not on the screen."
     )
+
+
+def test_eval_screenspot_with_zoom_reports_both_figures_side_by_side(tmp_path):
+    """Two items on a 3840x2160 screen: the first pass misses the small icon and the crop finds it; the
+    button is hit either way. Replies in UI-Venus's format, in the order they are asked."""
+    (tmp_path / "images").mkdir()
+    patterned(384, 216).to_pil().resize((3840, 2160)).save(tmp_path / "images" / "screen.png")
+    items = [
+        {"img_filename": "screen.png", "bbox": [3000, 200, 40, 40], "instruction": "the gear icon",
+         "data_type": "icon", "data_source": "windows"},
+        {"img_filename": "screen.png", "bbox": [400, 1000, 400, 100], "instruction": "the OK button",
+         "data_type": "text", "data_source": "windows"},
+    ]  # fmt: skip
+    data = tmp_path / "screenspot_desktop_v2.json"
+    data.write_text(json.dumps(items))
+    # Icon centre (3020, 220): first pass says (3060, 260) = [797, 120], off by 40 px; the crop (1920-3840,
+    # 0-1080) answers [573, 204] = (3020, 220). Button centre (600, 1050) = [156, 486]; its crop (0-1920,
+    # 510-1590) answers [312, 500].
+    replies = tmp_path / "replies.json"
+    replies.write_text(json.dumps(["[797,120]", "[573,204]", "[156,486]", "[312,500]"]))
+    out = tmp_path / "out"
+    done = run_cli("eval", "screenspot", str(data), "--zoom", "--profile", "ui-venus-1.5",
+                   "--engine", f"replay:{replies}", "--out", str(out))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "ScreenSpot (ScreenSpot/v2): accuracy 100.00% (2/2) with zoom, 50.00% (1/2) without"
+    assert "  type=icon: 100.00% (1/1) with zoom, 0.00% (0/1) without" in lines
+    assert "  type=text: 100.00% (1/1) with zoom, 100.00% (1/1) without" in lines
+    assert any(line.startswith("latency per click with zoom: median") for line in lines)
+    assert any(line.startswith("latency per click without zoom: median") for line in lines)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [(r["hit"], r["single_hit"]) for r in results] == [(True, False), (True, True)]
+    assert "<th>profile</th><td>ui-venus-1.5</td>" in (out / "report.html").read_text()
