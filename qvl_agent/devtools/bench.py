@@ -212,7 +212,7 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     from qvl_agent.devtools import tiny_model as mf
 
     processor = mf.build_processor()
-    config = {"tiny": mf.tiny_config, "2b": mf.qwen3vl_2b_config}[shape](processor.tokenizer)
+    config = mf.SHAPES[shape](processor.tokenizer)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
@@ -225,14 +225,16 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     return path
 
 
-def run(model: str | None, device: str, reps: int, log=print) -> dict:
+def run(model: str | None, device: str, reps: int, log=print, shape: str | None = None) -> dict:
+    """`shape` (random weights when no `model`): a key of tiny_model.SHAPES; default the real 2B shape on a
+    GPU, the tiny one on a CPU."""
     dev = pick_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     tmp = None
     if model is None:
         tmp = tempfile.TemporaryDirectory(prefix="qvl-bench-")
-        shape = "2b" if dev.type == "cuda" else "tiny"
+        shape = shape or ("2b" if dev.type == "cuda" else "tiny")
         log(f"building a random Qwen3-VL ({shape} shape) in {tmp.name}")
         model = str(build_model_dir(shape, Path(tmp.name), dev))
     results: dict[str, Result] = {}
@@ -396,9 +398,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     report = {
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "model": "random weights, " + ("Qwen3-VL-2B shape" if tmp and dev.type == "cuda" else "tiny shape")
-        if tmp
-        else model,
+        "model": f"random weights, {'Qwen3-VL-2B' if shape == '2b' else shape} shape" if tmp else model,
         "cuda_graphs": bool(engine.fast),
         "cuda_graphs_problem": engine.fast_problem,
         "decode_path": engine.compile_status,
