@@ -35,7 +35,7 @@ from qvl_agent.actions import printable
 from qvl_agent.engine.base import Engine
 from qvl_agent.errors import ParseError, UsageError
 from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
-from qvl_agent.grounding import GroundedPoint, Zoom, ask, grounded, wants_zoom, zoom_in
+from qvl_agent.grounding import GroundedPoint, Zoom, ask, grounded, profile_of, wants_zoom, zoom_in
 from qvl_agent.image import GRID, load_image
 
 LAYOUT_V2 = "ScreenSpot/v2"
@@ -241,7 +241,7 @@ def _hit(item: Item, found: GroundedPoint, shot) -> bool:
 
 def _zoomed(engine, item: Item, shot, first: GroundedPoint, zoom: Zoom) -> Outcome:
     single = _hit(item, first, shot)
-    if not wants_zoom(engine, shot, item.instruction, first, zoom, engine.profile):
+    if not wants_zoom(engine, shot, item.instruction, first, zoom, profile_of(engine)):
         return Outcome(item, (first.x, first.y), (first.model_x, first.model_y), single, first.ms, first.reply,
                        single_hit=single, single_ms=first.ms)  # fmt: skip
     found = zoom_in(engine, shot, item.instruction, first, zoom)
@@ -261,7 +261,7 @@ def evaluate(
             shot = load_image(item.image)
             reply, ms = ask(engine, shot, item.instruction)
             try:
-                found = grounded(reply, ms, shot, engine.profile)
+                found = grounded(reply, ms, shot, profile_of(engine))
                 if zoom is not None:
                     outcome = _zoomed(engine, item, shot, found, zoom)
                 else:
