@@ -236,3 +236,17 @@ def test_broken_model_files_do_not_stop_the_choice(tmp_path):
     (folder / "README.md").write_bytes(b"\x00" * 100)
     profile, line = profiles.choose(str(folder))
     assert profile is profiles.DEFAULT and "no model family qvl-agent knows" in line
+
+
+def test_doctor_says_which_profile_and_whether_it_needs_a_planner(tmp_path):
+    from qvl_agent.commands.doctor import check_profile
+    from qvl_agent.config import Settings
+
+    venus = check_profile(Settings(model=_checkpoint(tmp_path, "UI-Venus-1.5-2B")))
+    assert venus.detail == (
+        "using the ui-venus-1.5 profile (UI-Venus-1.5), chosen from its folder name; "
+        "it only grounds: run and browse need --planner."
+    )
+    assert check_profile(Settings()).detail == (
+        "qwen3-vl (Qwen3-VL-Instruct), the default model's profile; it drives run and browse."
+    )
