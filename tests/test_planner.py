@@ -111,3 +111,41 @@ def test_a_browser_task_end_to_end_with_a_planner_and_a_grounder(tmp_path):
         assert 'get_by_role("checkbox", name="Remember me", exact=True).check()' in (tmp_path / "out.py").read_text()
     finally:
         server.stop()
+
+
+def test_a_gpu_that_cannot_hold_both_models_is_said_in_one_sentence(monkeypatch):
+    import qvl_agent.planner as planner_module
+    from qvl_agent.config import Settings
+    from qvl_agent.errors import EngineError
+
+    closed = []
+
+    class Grounder(ReplayEngine):
+        def close(self):
+            closed.append(self)
+
+    def fake_open_engine(settings, spec=None, notify=None):
+        if settings.model == "Qwen/Qwen3-VL-8B-Instruct":  # the planner, loaded second
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        engine = Grounder([])
+        engine.profile = VENUS
+        return engine
+
+    monkeypatch.setattr(planner_module, "open_engine", fake_open_engine)
+    settings = Settings(model="inclusionAI/UI-Venus-1.5-2B")
+    with pytest.raises(EngineError) as raised:
+        planner_module.open_agent_engine(settings, "Qwen/Qwen3-VL-8B-Instruct")
+    assert str(raised.value) == (
+        "This GPU cannot hold both the planner (Qwen/Qwen3-VL-8B-Instruct) and the grounder "
+        "(inclusionAI/UI-Venus-1.5-2B); serve one of them elsewhere and pass --planner openai:URL."
+    )
+    assert len(closed) == 1  # the grounder it did load is released
+
+
+def test_a_planner_that_only_grounds_is_refused():
+    from qvl_agent.config import Settings
+    from qvl_agent.errors import UsageError
+    from qvl_agent.planner import open_agent_engine
+
+    with pytest.raises(UsageError, match="The planner must speak Qwen's computer_use; .* MAI-UI, which only grounds"):
+        open_agent_engine(Settings(model="inclusionAI/UI-Venus-1.5-2B"), "Tongyi-MAI/MAI-UI-8B")

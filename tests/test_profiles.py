@@ -250,3 +250,19 @@ def test_doctor_says_which_profile_and_whether_it_needs_a_planner(tmp_path):
     assert check_profile(Settings()).detail == (
         "qwen3-vl (Qwen3-VL-Instruct), the default model's profile; it drives run and browse."
     )
+
+
+def test_models_lists_every_profile_with_its_scores_and_sources():
+    from tests.conftest import run_cli
+
+    done = run_cli("models")
+    assert done.returncode == 0, done.stderr
+    blocks = done.stdout.split("\n\n")
+    assert [b.split()[0] for b in blocks] == ["qwen3-vl", "ui-venus-1.5", "mai-ui", "gui-owl-1.5"]
+    assert "  ScreenSpot-Pro 2B: reported 48.5, reproduced 43.9" in blocks[0]
+    assert "  ScreenSpot-Pro 2B: reported 64.6, reproduced - (with its zoom-in pass)" in blocks[1]
+    assert "text, then image" in blocks[2] and "refusal none" in blocks[2]
+    assert "source: X-PLUG/MobileAgent@11cea57" in blocks[3]
+    listed = json.loads(run_cli("models", "--json").stdout)
+    assert [p["name"] for p in listed] == ["qwen3-vl", "ui-venus-1.5", "mai-ui", "gui-owl-1.5"]
+    assert listed[2]["text_first"] is True and listed[1]["refusal"] == "[-1,-1]"
