@@ -149,3 +149,22 @@ def test_a_planner_that_only_grounds_is_refused():
 
     with pytest.raises(UsageError, match="The planner must speak Qwen's computer_use; .* MAI-UI, which only grounds"):
         open_agent_engine(Settings(model="inclusionAI/UI-Venus-1.5-2B"), "Tongyi-MAI/MAI-UI-8B")
+
+
+def test_hostile_planner_replies_become_observations_never_tracebacks():
+    broken = [
+        call(action="left_click", element=""),
+        call(action="left_click", element="x" * 5000),
+        call(action="left_click", element=["not", "a", "string"]),
+        '<tool_call>\n{"name": "computer_use", "arguments": {"action": "left_click", "element": "OK"\n</tool_call>',
+        "<tool_call>[1, 2]</tool_call>",
+        call(action="terminate", status="success"),
+    ]
+    engine, planner, grounder = pair(broken, [])
+    executor = RecordingExecutor([screen()])
+    result = Agent(engine, executor, Guard(mode="auto"), max_retries=10).run("Click")
+    assert result.status == "success" and executor.recorded == [] and grounder.requests == []
+    told = [r.text for r in planner.requests[1:]]
+    assert "needs a short description of one element, not ''" in told[0]
+    assert "needs a short description of one element" in told[1] and "x" * 100 not in told[1]
+    assert all(t.startswith("Your last reply was not carried out: ") for t in told)
