@@ -193,3 +193,22 @@ def test_eval_screenspot_with_zoom_reports_both_figures_side_by_side(tmp_path):
     results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [(r["hit"], r["single_hit"]) for r in results] == [(True, False), (True, True)]
     assert "<th>profile</th><td>ui-venus-1.5</td>" in (out / "report.html").read_text()
+
+
+def test_bad_zoom_and_profile_settings_are_one_sentence(tmp_path):
+    env = {"QVL_CONFIG_DIR": str(tmp_path / "config")}
+    bad = run_cli("locate", "--image", "x.png", "OK", env={**env, "QVL_ZOOM": "sometimes"})
+    assert bad.returncode == 2
+    assert (
+        bad.stderr.strip()
+        == "qvl-agent: zoom must be one of off, always, large, unsure, not 'sometimes' (in $QVL_ZOOM)."
+    )
+    crop = run_cli("locate", "--image", "x.png", "--zoom-crop", "95", "OK", env=env)
+    assert crop.returncode == 2 and "zoom_crop must be a percentage from 10 to 90, not 95." in crop.stderr
+    profile = run_cli("models", env={**env, "QVL_PROFILE": "venus"})
+    assert (
+        profile.returncode == 2
+        and "profile must be one of ui-venus-1.5, mai-ui, gui-owl-1.5, qwen3-vl" in profile.stderr
+    )
+    flag = run_cli("locate", "--image", "x.png", "--profile", "venus", "OK", env=env)
+    assert flag.returncode == 2 and "Traceback" not in flag.stderr and len(flag.stderr.strip().splitlines()) == 1
