@@ -164,6 +164,7 @@ class ChatRequest:
     include_usage: bool = False
     stop: tuple[str, ...] = field(default_factory=tuple)
     scope: str = ""  # the cache scope: the user's name (several tokens) and the request's cache_salt
+    text_first: bool = False  # a user message put its text before its image (MAI-UI's order): keep it so
 
     def image_refs(self) -> list[ImageRef]:
         """Every image of the conversation that is still to be decoded, in order."""
@@ -196,6 +197,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
 
     system_parts: list[str] = []
     turns: list[list] = []  # [user text parts, user images, reply or None]
+    text_first = False
     for i, msg in enumerate(body.messages):
         param = f"messages[{i}].content"
         text, images = _text_and_images(msg.content, param)
@@ -211,6 +213,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
                 turns.append([[], [], None])
             turns[-1][0].append(text)
             turns[-1][1].extend(images)
+            text_first = text_first or _text_before_image(msg.content)
         else:
             if images:
                 raise ApiError(400, "Only user messages can carry images.", param=param)
@@ -251,12 +254,26 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
         include_usage=bool(body.stream_options and body.stream_options.include_usage),
         stop=stop,
         scope=cache_scope(user, body.cache_salt),
+        text_first=text_first,
     )
 
 
 def cache_scope(user: str, salt: str | None) -> str:
     """The scope a request's caches live in: its user (when the server has several tokens) and salt."""
     return f"{len(user)}:{user}:{salt or ''}" if user or salt else ""
+
+
+def _text_before_image(content: str | list | None) -> bool:
+    """Whether a message's text comes before its first image (an order some models were trained on)."""
+    if not isinstance(content, list):
+        return False
+    for part in content:
+        if isinstance(part, TextPart):
+            if part.text.strip():
+                return True
+        else:
+            return False
+    return False
 
 
 def _text_and_images(content: str | list | None, param: str) -> tuple[str, list[ImageRef]]:
