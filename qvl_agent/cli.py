@@ -31,6 +31,7 @@ COMMANDS = [
     "eval",
     "doctor",
     "bench",
+    "models",
 ]
 
 
@@ -129,8 +130,19 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine", metavar="ENGINE", help="local, replay:FILE or openai:URL (default: the engine setting, local)"
     )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="how the model is asked and read: qwen3-vl, ui-venus-1.5, mai-ui or gui-owl-1.5 "
+        "(default: chosen from the model's own files; see qvl-agent models)",
+    )
     parser.add_argument("--device", metavar="DEVICE", help=f"{config.DEVICES} (default: the device setting, auto)")
     parser.add_argument("--api-key", metavar="KEY", help="key for --engine openai:URL (default: $QVL_API_KEY)")
+
+
+def notify(line: str) -> None:
+    """A line for the person on stderr, e.g. which model profile `open_engine` chose."""
+    print(f"qvl-agent: {line}", file=sys.stderr, flush=True)
 
 
 def add_image_args(parser: argparse.ArgumentParser) -> None:
@@ -301,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             loaded.settings,
             model=getattr(args, "model", None),
             engine=getattr(args, "engine", None),
+            profile=getattr(args, "profile", None),
             device=getattr(args, "device", None),
             api_key=getattr(args, "api_key", None),
         )

@@ -33,6 +33,7 @@ from qvl_agent.cli import (
     add_secret_args,
     check_url,
     end_run_early,
+    notify,
     print_event,
     print_report,
     print_result,
@@ -41,8 +42,9 @@ from qvl_agent.cli import (
     task_and_steps,
 )
 from qvl_agent.config import Settings
-from qvl_agent.engine import GenerationOptions, check_engine, open_engine
+from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import QvlError, UsageError
+from qvl_agent.planner import check_agent_model, open_agent_engine
 from qvl_agent.trace import TraceWriter, default_trace_dir
 
 
@@ -50,6 +52,12 @@ def register(sub) -> None:
     p = sub.add_parser("browse", help="carry out a task in a browser page", description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True, metavar="URL", help="the page to start on (http://, https:// or file://)")
     add_engine_args(p)
+    p.add_argument(
+        "--planner",
+        metavar="MODEL",
+        help="a model (id or folder, openai:URL or replay:FILE) that says what to do, while --model only says "
+        "where (needed when --model only grounds, e.g. --profile ui-venus-1.5)",
+    )
     p.add_argument("--export", metavar="FILE", help="write a Playwright script replaying a successful run")
     p.add_argument("--headed", action="store_true", help="show the browser window (default: headless)")
     p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels")
@@ -93,6 +101,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
     if args.headed and capture.display_kind() in ("none", "wayland"):  # Chromium's window needs an X display
         raise UsageError("--headed shows the browser window, but there is no display here (DISPLAY is not set): "
                          "run without --headed to browse headless.")  # fmt: skip
+    check_agent_model(settings, args.planner)
     secrets = secrets_from_args(args)
     allowed = [_check_host(host) for host in args.allow_domain]
     viewport = parse_viewport(args.viewport)
@@ -124,7 +133,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             "auto",
             allow_keys=True,
         )
-        with open_engine(settings) as engine:
+        with open_agent_engine(settings, args.planner, notify) as engine:
             agent = Agent(
                 engine,
                 executor,

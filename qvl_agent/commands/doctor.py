@@ -63,6 +63,19 @@ def check_engine(settings: Settings) -> Check:
     return Check("engine", "ok" if known else "note", describe_engine(settings))
 
 
+def check_profile(settings: Settings) -> Check:
+    """Which model profile grounding will use, and why (qvl-agent models lists them)."""
+    from qvl_agent.profiles import choose
+
+    profile, note = choose(settings.model, settings.profile)
+    if settings.profile:
+        text = f"{profile.name} ({profile.title}), set by --profile or the profile setting"
+    else:
+        text = note.rstrip(".") or f"{profile.name} ({profile.title}), the default model's profile"
+    drives = "it drives run and browse" if profile.drives_agent else "it only grounds: run and browse need --planner"
+    return Check("profile", "ok", f"{text}; {drives}.")
+
+
 def check_display() -> Check:
     problem = capture.display_problem()
     if problem:
@@ -261,7 +274,7 @@ def check_sandbox() -> Check:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     display = check_display()
-    checks = [check_engine(settings), display]
+    checks = [check_engine(settings), check_profile(settings), display]
     desktop = probe_desktop() if display.level != "fail" else {"error": "no display"}
     checks += [check_tray(desktop), check_gpu(settings), check_model(settings), check_browser(settings)]
     checks.append(check_hotkeys(desktop))

@@ -145,15 +145,17 @@ def _print_grant(grant) -> None:
 
 
 def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: str, output: Path | None):
+    from qvl_agent.cli import notify
     from qvl_agent.engine import open_engine
-    from qvl_agent.grounding import point_or_click
+    from qvl_agent.grounding import Zoom, point_or_click
     from qvl_agent.scripts.heal.replay import heal_replay
     from qvl_agent.trace import default_trace_dir
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
-    with open_engine(settings) as engine:
+    with open_engine(settings, notify=notify) as engine:
+        ground = functools.partial(point_or_click, engine, zoom=Zoom.from_settings(settings))
         return heal_replay(
-            script, functools.partial(point_or_click, engine), engine_name=engine.name, trace_dir=trace_dir,
+            script, ground, engine_name=engine.name, trace_dir=trace_dir,
             browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
             memory_mb=settings.sandbox_memory_mb, secrets=os.environ, allow_files=args.allow_file,
             before_start=_print_grant, step_timeout_s=args.step_timeout,

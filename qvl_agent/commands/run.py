@@ -35,6 +35,7 @@ from qvl_agent.cli import (
     add_engine_args,
     add_secret_args,
     end_run_early,
+    notify,
     print_event,
     print_report,
     print_result,
@@ -43,9 +44,10 @@ from qvl_agent.cli import (
     task_and_steps,
 )
 from qvl_agent.config import Settings, hotkey_label
-from qvl_agent.engine import GenerationOptions, check_engine, open_engine
+from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
+from qvl_agent.planner import check_agent_model, open_agent_engine
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
 
@@ -108,6 +110,12 @@ class TerminalConfirm:
 def register(sub) -> None:
     p = sub.add_parser("run", help="carry out a task on the desktop", description=__doc__.splitlines()[0])
     add_engine_args(p)
+    p.add_argument(
+        "--planner",
+        metavar="MODEL",
+        help="a model (id or folder, openai:URL or replay:FILE) that says what to do, while --model only says "
+        "where (needed when --model only grounds, e.g. --profile ui-venus-1.5)",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="run every action without asking")
     mode.add_argument(
@@ -135,6 +143,7 @@ def _check_monitor(monitor: int) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     task = task_and_steps(args, 'qvl-agent run "Open the settings"')
     check_engine(settings)  # a missing replay file is one sentence before anything else happens
+    check_agent_model(settings, args.planner)
     secrets = secrets_from_args(args)
     region = Region.parse(args.region) if args.region else None
     if args.monitor is not None:
@@ -171,7 +180,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if problem and mode == "auto":
             raise UsageError(f"{problem} --yes runs only with a working emergency stop: run without --yes "
                              "to confirm each action.")  # fmt: skip
-        engine = open_engine(settings)  # before the first line below, so a load error is the only line
+        engine = open_agent_engine(
+            settings, args.planner, notify
+        )  # before the first line below, so a load error is the only line
         if dry:
             print("qvl-agent: DRY RUN: nothing will be clicked or typed; each action is only shown.",
                   file=sys.stderr, flush=True)  # fmt: skip

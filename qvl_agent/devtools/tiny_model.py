@@ -189,9 +189,9 @@ def _token_ids(tokenizer) -> dict:
     }
 
 
-def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int], **extra):
+def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int], tied: bool = True, **extra):
     """A Qwen3-VL config with the parts every shape shares: interleaved M-RoPE at theta 5e6, patch 16,
-    merge 2, T=2, tied embeddings, and this tokenizer's special-token ids."""
+    merge 2, T=2, and this tokenizer's special-token ids; embeddings tied (2B, 4B) or not (8B)."""
     from transformers import Qwen3VLConfig
 
     ids = _token_ids(tokenizer)
@@ -210,7 +210,7 @@ def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int
         video_token_id=ids["video_token_id"],
         vision_start_token_id=ids["vision_start_token_id"],
         vision_end_token_id=ids["vision_end_token_id"],
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         **extra,
     )
 
@@ -232,6 +232,46 @@ def tiny_config(tokenizer):
     )  # fmt: skip
 
 
+def tiny_4b_config(tokenizer):
+    """The tiny model with what sets the 4B apart from the 2B: more layers, a wider text model than the
+    vision tower's output would be in the 2B, four query heads per KV head. Tied embeddings, as the 4B."""
+    return _qwen3vl_config(
+        tokenizer,
+        text=dict(
+            vocab_size=len(tokenizer), hidden_size=80, intermediate_size=160, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+            initializer_range=0.3,
+        ),
+        vision=dict(
+            depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=80,
+            num_position_embeddings=256, deepstack_visual_indexes=[0, 1, 2], initializer_range=0.3,
+        ),
+        mrope_section=[4, 2, 2],
+    )  # fmt: skip
+
+
+def tiny_8b_config(tokenizer):
+    """The tiny model with what sets the 8B apart: an untied output head, a wider vision tower with its own
+    head count, DeepStack taps deeper in it, four query heads per KV head."""
+    return _qwen3vl_config(
+        tokenizer,
+        text=dict(
+            vocab_size=len(tokenizer), hidden_size=96, intermediate_size=192, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+            initializer_range=0.3,
+        ),
+        vision=dict(
+            depth=4, hidden_size=48, intermediate_size=96, num_heads=3, out_hidden_size=96,
+            num_position_embeddings=256, deepstack_visual_indexes=[1, 2, 3], initializer_range=0.3,
+        ),
+        mrope_section=[4, 2, 2],
+        tied=False,
+    )  # fmt: skip
+
+
+SHAPES = {"tiny": tiny_config, "tiny-4b": tiny_4b_config, "tiny-8b": tiny_8b_config}  # the 2B's added below
+
+
 def qwen3vl_2b_config(tokenizer):
     """The real Qwen3-VL-2B-Instruct shape (DESIGN.md), with this tokenizer's special-token ids."""
     return _qwen3vl_config(
@@ -250,8 +290,11 @@ def qwen3vl_2b_config(tokenizer):
     )  # fmt: skip
 
 
+SHAPES["2b"] = qwen3vl_2b_config
+
+
 def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> Path:
-    """Build a random Qwen3-VL of `shape` ("tiny" or "2b") and save model + processor to `path`."""
+    """Build a random Qwen3-VL of `shape` (a key of SHAPES) and save model + processor to `path`."""
     import torch
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
@@ -259,7 +302,7 @@ def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> P
     hf_logging.disable_progress_bar()
     path = Path(path)
     processor = build_processor()
-    config = {"tiny": tiny_config, "2b": qwen3vl_2b_config}[shape](processor.tokenizer)
+    config = SHAPES[shape](processor.tokenizer)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config)
     ids = _token_ids(processor.tokenizer)

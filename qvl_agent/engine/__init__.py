@@ -3,11 +3,17 @@
 local          the Qwen3-VL model on this machine (transformers), `--model` id or directory
 replay:FILE    recorded replies from a JSON array of strings (tests, demos)
 openai:URL     any OpenAI-compatible server (qvl-agent serve, vLLM, SGLang)
+
+Every engine carries the model profile (`engine.profile`) that grounding asks and reads with: the one
+the `profile` setting names, else the one `--model`'s own files (or name) point to. The local engine
+also takes the profile's pixel budget when it is below the max_pixels setting.
 """
 
 from __future__ import annotations
 
-from qvl_agent.config import Settings
+from collections.abc import Callable
+
+from qvl_agent.config import Settings, replace
 from qvl_agent.engine.base import STATS_KEYS, Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import UsageError
 
@@ -23,8 +29,20 @@ __all__ = [
 ]
 
 
-def open_engine(settings: Settings, spec: str | None = None) -> Engine:
-    """Build the engine named by `spec` (default `settings.engine`). Loading a model can take a while."""
+def open_engine(settings: Settings, spec: str | None = None, notify: Callable[[str], None] | None = None) -> Engine:
+    """Build the engine named by `spec` (default `settings.engine`). Loading a model can take a while.
+    `notify` gets one line saying which model profile was chosen, when it was chosen from the model."""
+    from qvl_agent.profiles import choose
+
+    profile, note = choose(settings.model, settings.profile)
+    if note and notify is not None:
+        notify(note)
+    engine = _build(replace(settings, max_pixels=min(settings.max_pixels, profile.max_pixels)), spec)
+    engine.profile = profile
+    return engine
+
+
+def _build(settings: Settings, spec: str | None) -> Engine:
     spec = spec or settings.engine
     if spec == "local":
         from qvl_agent.engine.qwen3vl import Qwen3VLEngine

@@ -119,6 +119,9 @@ class Session(ABC):
         self.system = system
         self.tools = tools
         self.pending_images: tuple[Screenshot, ...] = tuple(images)  # shown with the first question
+        # A model profile's input order: True puts each user turn's text before its images (MAI-UI was
+        # trained that way); every backend builds its messages in this order.
+        self.text_first = False
         self.turns: list[Turn] = []
         self.last_stats: TurnStats | None = None
         self._cancel = threading.Event()
@@ -129,7 +132,7 @@ class Session(ABC):
         images: Sequence[Screenshot] = (),
         options: GenerationOptions | None = None,
     ) -> Iterator[str]:
-        """Stream the reply to `text` (plus `images`, shown before the text) as text pieces.
+        """Stream the reply to `text` (plus `images`, shown before the text unless `text_first`) as text pieces.
 
         The turn starts now: a `cancel()` from this point on stops it, even before the first piece is
         read. A turn that ends, is cancelled or is abandoned by its reader joins the history; one that
@@ -191,6 +194,7 @@ class Engine(ABC):
 
     name: str = "engine"
     writes_reply_prefix: bool = False  # whether `GenerationOptions.reply_prefix` is honoured
+    profile = None  # the model profile grounding asks and reads with (qvl_agent.profiles); open_engine sets it
 
     @abstractmethod
     def open_session(
@@ -218,3 +222,5 @@ class Request:
     image_hashes: list[str] = field(default_factory=list)
     tools: list | None = None  # the tool definitions the session shows the model
     history: list[tuple[str, str]] = field(default_factory=list)  # (user text, reply) of earlier turns
+    image_sizes: list[tuple[int, int]] = field(default_factory=list)  # width, height of each image sent
+    text_first: bool = False  # the text went before the images

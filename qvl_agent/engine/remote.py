@@ -161,8 +161,8 @@ class RemoteSession(Session):
         if not images:
             return text
         parts: list[dict] = [{"type": "image_url", "image_url": {"url": self.engine.image_url(im)}} for im in images]
-        parts.append({"type": "text", "text": text})
-        return parts
+        question = {"type": "text", "text": text}
+        return [question, *parts] if self.text_first else [*parts, question]
 
     def messages(self, text: str, images: Sequence[Screenshot]) -> list[dict]:
         """The whole conversation as OpenAI messages, ending with the new user turn."""

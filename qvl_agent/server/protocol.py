@@ -226,6 +226,8 @@ class ChatRequest:
         """The functions a reply may call; empty when replies are not parsed for calls."""
         return frozenset(t["function"]["name"] for t in self.tools or ())
 
+    text_first: bool = False  # a user message put its text before its image (MAI-UI's order): keep it so
+
     def image_refs(self) -> list[ImageRef]:
         """Every image of the conversation that is still to be decoded, in order."""
         everything = [im for turn in self.history for im in turn.images] + list(self.images)
@@ -258,6 +260,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
 
     system_parts: list[str] = []
     turns: list[list] = []  # [user text parts, user images, reply or None]
+    text_first = False
     for i, msg in enumerate(body.messages):
         param = f"messages[{i}].content"
         text, images = _text_and_images(msg.content, param)
@@ -282,6 +285,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
                 turns.append([[], [], None])
             turns[-1][0].append(text)
             turns[-1][1].extend(images)
+            text_first = text_first or _text_before_image(msg.content)
         else:
             if images:
                 raise ApiError(400, "Only user messages can carry images.", param=param)
@@ -337,6 +341,7 @@ def parse_chat_request(raw: bytes, default_max_tokens: int, user: str = "") -> C
         forced_call=bool(call_prefix),
         response_format=fmt,
         schema=schema,
+        text_first=text_first,
     )
 
 
@@ -396,6 +401,19 @@ def _response_format(fmt: ResponseFormat | None) -> tuple[str, dict | None]:
 def cache_scope(user: str, salt: str | None) -> str:
     """The scope a request's caches live in: its user (when the server has several tokens) and salt."""
     return f"{len(user)}:{user}:{salt or ''}" if user or salt else ""
+
+
+def _text_before_image(content: str | list | None) -> bool:
+    """Whether a message's text comes before its first image (an order some models were trained on)."""
+    if not isinstance(content, list):
+        return False
+    for part in content:
+        if isinstance(part, TextPart):
+            if part.text.strip():
+                return True
+        else:
+            return False
+    return False
 
 
 def _text_and_images(content: str | list | None, param: str) -> tuple[str, list[ImageRef]]:

@@ -25,6 +25,7 @@ from shiboken6 import isValid
 from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import CaptureError
+from qvl_agent.grounding import Zoom
 from qvl_agent.image import Screenshot
 from qvl_agent.ui import hotkeys as hk
 from qvl_agent.ui.ask_window import AskWindow
@@ -283,7 +284,8 @@ class TrayApp(QObject):
             self._reused.append(window)
         else:
             options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
-            window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region)
+            zoom = Zoom.from_settings(self.settings)
+            window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region, zoom=zoom)
             window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
             window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
             window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
