@@ -73,15 +73,6 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _measuring_browser_per_module():
-    """The pages' measuring Chromium (tests.pages.helpers) lives for one module at most."""
-    yield
-    from tests.pages.helpers import stop_measuring
-
-    stop_measuring()
-
-
 _WORKER_DISPLAY: VirtualDisplay | None = None
 
 

@@ -88,40 +88,17 @@ def kill_browser_below(pid: int) -> bool:
     return False
 
 
-_MEASURING: dict = {}  # one Chromium measures every page of a test module (conftest stops it after each)
-
-
-def _measuring_browser():
-    from playwright.sync_api import sync_playwright
-
-    browser = _MEASURING.get("browser")
-    if browser is None or not browser.is_connected():
-        if "playwright" not in _MEASURING:
-            _MEASURING["playwright"] = sync_playwright().start()
-        browser = _MEASURING["browser"] = _MEASURING["playwright"].chromium.launch(
-            executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS
-        )
-    return browser
-
-
-def stop_measuring() -> None:
-    """Close the measuring Chromium: Playwright's sync API keeps an event loop that `asyncio.run` elsewhere in
-    the process must not find running."""
-    if "playwright" in _MEASURING:
-        _MEASURING.pop("playwright").stop()
-    _MEASURING.clear()
-
-
 def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
     """Walk a page as the run will, measuring on the way: plan items are ("measure", selector) for an
     element's centre, ("point", name, js) for the CSS pixel [x, y] that the function `js` returns in the
     page, ("click", selector), ("goto", url) or ("wait", selector) until it is attached; returns
-    {selector or name: model point}. Each walk has a fresh browser context (no cookies or storage of
-    another) in a Chromium the test process keeps, as launching one per walk costs more than the walk."""
+    {selector or name: model point}. A fresh browser each time."""
+    from playwright.sync_api import sync_playwright
+
     centres = {}
-    context = _measuring_browser().new_context(viewport={"width": viewport[0], "height": viewport[1]})
-    try:
-        page = context.new_page()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
         page.goto(url)
         for what, sel, *js in plan:
             if what == "click":
@@ -135,8 +112,7 @@ def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
             else:
                 box = page.locator(sel).bounding_box()
                 centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
-    finally:
-        context.close()
+        browser.close()
     return centres
 
 
