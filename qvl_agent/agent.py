@@ -30,7 +30,8 @@ a stop or a timeout then ends the run once the action returns.
 
 Capture and engine errors end the run with status "error"; Ctrl+C ends it as "interrupted", with its
 trace closed like any other run's. A dry run (the dry-run executor) says so in its result, with the actions
-that would have run. This module imports no torch, Qt, pyautogui or Playwright.
+that would have run; one the model ended as done has status "dry_run", never "success": nothing was done.
+This module imports no torch, Qt, pyautogui or Playwright.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ from qvl_agent.trace import TraceWriter
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
-STATUSES = ("success", "failure", "stopped", "limit", "error", "interrupted")
+STATUSES = ("success", "failure", "stopped", "limit", "error", "interrupted", "dry_run")
+# A dry run the model ended as done: it only showed its actions, so it is not a "success".
+DRY_RUN = "dry_run"
 # How a run that never reached its first step ended (written by the commands, not by the loop).
 FAILED_TO_START = "failed to start"
 DRY_RUN_NOTE = "dry run, nothing was clicked or typed"
@@ -62,7 +65,7 @@ DRY_RUN_NOTE = "dry run, nothing was clicked or typed"
 
 @dataclass(frozen=True)
 class RunResult:
-    status: str  # success | failure | stopped | limit | error | interrupted
+    status: str  # success | failure | stopped | limit | error | interrupted | dry_run
     answer: str = ""
     steps: int = 0
     message: str = ""
@@ -76,6 +79,8 @@ class RunResult:
     @property
     def headline(self) -> str:
         """`status: message`, marked when nothing was done, so a dry run never reads as a done task."""
+        if self.status == DRY_RUN:
+            return f"dry run finished (nothing was clicked or typed): {self.message}"
         status = f"{self.status} ({DRY_RUN_NOTE})" if self.dry_run else self.status
         return f"{status}: {self.message}"
 
@@ -299,7 +304,8 @@ class Agent:
             self._write_dialog_steps()
         extra = {}
         if self.executor.name == "dry-run":
-            result = replace(result, dry_run=True, would_do=tuple(self._would_do))
+            status = DRY_RUN if result.status == "success" else result.status
+            result = replace(result, status=status, dry_run=True, would_do=tuple(self._would_do))
             extra = {"dry_run": True, "would_do": list(result.would_do)}
         if self.trace:
             self.trace.end(

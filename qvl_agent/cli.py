@@ -31,6 +31,7 @@ COMMANDS = [
     "eval",
     "doctor",
     "bench",
+    "models",
 ]
 
 
@@ -129,8 +130,19 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine", metavar="ENGINE", help="local, replay:FILE or openai:URL (default: the engine setting, local)"
     )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="how the model is asked and read: qwen3-vl, ui-venus-1.5, mai-ui or gui-owl-1.5 "
+        "(default: chosen from the model's own files; see qvl-agent models)",
+    )
     parser.add_argument("--device", metavar="DEVICE", help=f"{config.DEVICES} (default: the device setting, auto)")
     parser.add_argument("--api-key", metavar="KEY", help="key for --engine openai:URL (default: $QVL_API_KEY)")
+
+
+def notify(line: str) -> None:
+    """A line for the person on stderr, e.g. which model profile `open_engine` chose."""
+    print(f"qvl-agent: {line}", file=sys.stderr, flush=True)
 
 
 def add_image_args(parser: argparse.ArgumentParser) -> None:
@@ -192,13 +204,28 @@ def task_and_steps(args: argparse.Namespace, example: str) -> str:
     return task
 
 
-def print_event(event, prefix: str = "") -> None:
+REASON_CHARS = 160  # a reason longer than this is cut on the terminal; the trace keeps all of it
+
+
+def one_line_reason(reply: str) -> str:
+    """The first line of what the model said besides its tool calls, cut to REASON_CHARS ("" for none)."""
+    from qvl_agent.parse import reply_words
+
+    words = reply_words(reply)
+    line = words.splitlines()[0].strip() if words else ""
+    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 1] + "…"
+
+
+def print_event(event, prefix: str = "", reasons: bool = False) -> None:
     """One line per action or refused action of an agent run, for the terminal (model text escaped);
-    `prefix` marks every line, e.g. "DRY RUN: "."""
+    `prefix` marks every line, e.g. "DRY RUN: "; `reasons` adds a line with the model's reason for each
+    step, as it said it before its actions."""
     from qvl_agent.act.guard import describe_pixels
     from qvl_agent.actions import printable
 
-    if event.kind == "action" and event.action is not None:
+    if reasons and event.kind == "reply" and (reason := one_line_reason(event.message)):
+        print(f"step {event.step}: {prefix}the model says: {printable(reason)}", flush=True)
+    elif event.kind == "action" and event.action is not None:
         print(f"step {event.step}: {prefix}{describe_pixels(event.action, list(event.pixels))}", flush=True)
     elif event.kind == "error":
         print(f"step {event.step}: {prefix}not carried out: {printable(event.message)}", flush=True)
@@ -218,8 +245,14 @@ def print_result(result, trace_dir, prefix: str = "") -> None:
         print(printable(result.would_do_text(), keep="\n"), file=sys.stderr, flush=True)
 
 
+DRY_RUN_EXIT = 3  # a dry run finished: nothing was done, so neither 0 (done) nor 1 (failed)
+
+
 def run_exit_code(result) -> int:
-    """0 when the task was done, 130 when Ctrl+C interrupted it (as the shell would say), else 1."""
+    """0 when the task was done, 3 when a dry run finished (nothing was done), 130 when Ctrl+C interrupted
+    it (as the shell would say), else 1."""
+    if result.status == "dry_run":
+        return DRY_RUN_EXIT
     return 0 if result.ok else 130 if result.status == "interrupted" else 1
 
 
@@ -282,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
             loaded.settings,
             model=getattr(args, "model", None),
             engine=getattr(args, "engine", None),
+            profile=getattr(args, "profile", None),
             device=getattr(args, "device", None),
             api_key=getattr(args, "api_key", None),
         )

@@ -38,6 +38,7 @@ from qvl_agent.errors import ConfigError
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-2B-Instruct"
 SAFETY_MODES = ("confirm", "auto", "dry-run")
+ZOOM_MODES = ("off", "always", "large", "unsure")
 
 
 def download_command(model: str) -> str:
@@ -144,6 +145,10 @@ class Settings:
     engine: str = "local"  # local | replay:FILE | openai:URL
     device: str = "auto"  # auto | cpu | cuda | cuda:N | mps
     max_pixels: int = 16_777_216  # cap on the pixels the model sees per screenshot (smart-resize bound)
+    profile: str = ""  # a model profile (qvl-agent models); empty: chosen from the model's own files
+    zoom: str = "off"  # grounding's zoom-in pass: off | always | large | unsure
+    zoom_crop: int = 50  # the zoom crop, in percent of each side of the screen
+    zoom_above_pixels: int = 3_686_400  # zoom "large": screens with more pixels than this (2560x1440)
     max_new_tokens: int = 512
     feature_cache_mb: int = 1024  # vision features kept by content hash
     session_memory_mb: int = 4096  # KV caches of idle sessions beyond this are evicted, oldest first
@@ -182,6 +187,12 @@ INT_MAXIMUM = {
 }
 
 
+def _profile_names() -> tuple[str, ...]:
+    from qvl_agent.profiles import PROFILES
+
+    return tuple(PROFILES)
+
+
 def _check_value(name: str, value) -> None:
     """ConfigError naming `name` when `value` (already of the field's type) cannot be used."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**MAX_INT_DIGITS:
@@ -206,6 +217,14 @@ def _check_value(name: str, value) -> None:
         raise ConfigError(
             f"sandbox_memory_mb must be at least {SANDBOX_MEMORY_MIN_MB} (Chromium needs it), not {value}."
         )
+    if name == "zoom" and value not in ZOOM_MODES:
+        raise ConfigError(f"zoom must be one of {', '.join(ZOOM_MODES)}, not {value!r}.")
+    if name == "zoom_crop" and not 10 <= value <= 90:
+        raise ConfigError(f"zoom_crop must be a percentage from 10 to 90, not {value}.")
+    if name == "zoom_above_pixels" and value < 0:
+        raise ConfigError(f"zoom_above_pixels cannot be negative, not {value}.")
+    if name == "profile" and value and value.strip().lower() not in _profile_names():
+        raise ConfigError(f"profile must be one of {', '.join(_profile_names())} (or empty), not {value!r}.")
     if name == "safety_mode" and value not in SAFETY_MODES:
         raise ConfigError(f"safety_mode must be one of {', '.join(SAFETY_MODES)}, not {value!r}.")
     if name == "device" and not (value in ("auto", "cpu", "cuda", "mps") or value.startswith("cuda:")):
@@ -219,6 +238,10 @@ ENV_VARS = {
     "QVL_ENGINE": "engine",
     "QVL_DEVICE": "device",
     "QVL_MAX_PIXELS": "max_pixels",
+    "QVL_PROFILE": "profile",
+    "QVL_ZOOM": "zoom",
+    "QVL_ZOOM_CROP": "zoom_crop",
+    "QVL_ZOOM_ABOVE_PIXELS": "zoom_above_pixels",
     "QVL_MAX_NEW_TOKENS": "max_new_tokens",
     "QVL_FEATURE_CACHE_MB": "feature_cache_mb",
     "QVL_SESSION_MEMORY_MB": "session_memory_mb",

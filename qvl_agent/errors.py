@@ -12,6 +12,7 @@ QvlError                      base: the CLI prints str(exc) and exits with exc.e
 │   └── RemoteEngineError     an OpenAI-compatible server failed or refused
 ├── GenerationCancelled       a turn was cancelled (not an error for the person)   (exit 1)
 ├── ParseError                model output that is not a valid action: fed back to the model
+│   └── NotOnScreen           a grounding model's refusal: what was asked for is not there
 ├── ActionError               an action that cannot be carried out: fed back to the model
 │   └── OffScreenError        a target outside the captured screen or the allowed region
 ├── EmergencyStop             the person pressed the stop hotkey                   (exit 1)
@@ -69,6 +70,10 @@ class GenerationCancelled(QvlError):
 
 class ParseError(QvlError):
     """Model output that is not a valid action; the agent shows this message to the model."""
+
+
+class NotOnScreen(ParseError):
+    """The grounding model answered in its own refusal form ([-1,-1], a failure call): not on screen."""
 
 
 class ActionError(QvlError):

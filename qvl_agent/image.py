@@ -119,6 +119,20 @@ class Screenshot:
         object.__setattr__(copy, "_content_hash", h.hexdigest())
         return copy
 
+    def crop(self, region: Region) -> Screenshot:
+        """The pixels of `region` (virtual-desktop pixels, inside this screenshot) as a screenshot of their
+        own that knows where it lies: model points on the crop map straight to desktop pixels."""
+        x0, y0 = region.left - self.left, region.top - self.top
+        if x0 < 0 or y0 < 0 or x0 + region.width > self.width or y0 + region.height > self.height:
+            raise ImageError(f"The crop {region} is not inside the {self.width}x{self.height} image at "
+                             f"({self.left}, {self.top}).")  # fmt: skip
+        bpp = len(self.layout)
+        row, start, end = self.width * bpp, x0 * bpp, (x0 + region.width) * bpp
+        data = b"".join(self.data[(y0 + y) * row + start : (y0 + y) * row + end] for y in range(region.height))
+        return dataclasses.replace(
+            self, data=data, width=region.width, height=region.height, left=region.left, top=region.top, monitor=None
+        )
+
     def to_pil(self):
         from PIL import Image
 
@@ -226,6 +240,19 @@ def to_pixels(x: float, y: float, shot: Screenshot) -> tuple[int, int]:
     px = min(math.floor(x * shot.width / GRID), shot.width - 1)
     py = min(math.floor(y * shot.height / GRID), shot.height - 1)
     return shot.left + px, shot.top + py
+
+
+def zoom_region(x: float, y: float, shot: Screenshot, fraction: float) -> Region:
+    """The crop of a zoom-in pass: `fraction` of each side of `shot`, centred on the model point (x, y)
+    (0-1000) and shifted, not shrunk, to stay inside the screenshot; whole pixels, the edges rounded
+    down as the published procedure does (ClawGUI-Eval's `_crop_and_zoom`, after the MAI-UI blog)."""
+    w, h = shot.width * fraction, shot.height * fraction
+    cx, cy = x / GRID * shot.width, y / GRID * shot.height
+    left = min(max(cx - w / 2, 0.0), shot.width - w)
+    top = min(max(cy - h / 2, 0.0), shot.height - h)
+    x0, y0 = int(left), int(top)
+    x1, y1 = min(int(left + w), shot.width), min(int(top + h), shot.height)
+    return Region(shot.left + x0, shot.top + y0, max(x1 - x0, 1), max(y1 - y0, 1))
 
 
 def to_model(px: float, py: float, shot: Screenshot) -> tuple[float, float]:

@@ -9,7 +9,8 @@ wrong; the agent shows that sentence to the model.
 
 A pure function of the text: no I/O, and nothing imported beyond the standard library, the action types,
 the error tree and the grid size from `image.py` (where coordinates become pixels). `code_blocks` is the
-one ``` fence reader.
+one ``` fence reader; `reply_words` is what the model said besides its calls (its reason, shown to the
+person).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ _TOOL_OPEN = re.compile(r"<tool_call>", re.I)
 _TOOL_CLOSE = re.compile(r"</tool_call>", re.I)
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.S)
 _NUMBER = r"-?\d+(?:\.\d+)?"
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.S | re.I)
+
+
+def reply_words(reply: str) -> str:
+    """What the model said around its tool calls (why it acts, "Thought: ..."), stripped; "" when nothing."""
+    return _TOOL_CALL_BLOCK.sub("", _THINK.sub("", reply)).strip()
 
 
 # --- finding the calls in a reply ---------------------------------------------------------------------

@@ -188,6 +188,10 @@ def _dialogs_html(step: dict) -> str:
 def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     """(the step's section, its timeline thumbnail)."""
     n = _e(step.get("step", "?"))
+    heal = step.get("heal") if isinstance(step.get("heal"), dict) else {}
+    # A heal is titled by the script's own step number, as the script's intent lines and its failures say it.
+    label = _e(heal["step"]) if type(heal.get("step")) is int else n
+    title = f"Script step {label}" if label is not n else f"Step {n}"
     failed = _step_failed(step)
     screen = step.get("screen") or {}
     png = step.get("screenshot")
@@ -218,14 +222,14 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     error += _heal_html(step) + _dialogs_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
-        f'<h2>Step {n}<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
+        f'<h2>{title}<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
         f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(step.get("reply", ""))}</pre>'
         f'<h3>Parsed actions</h3><ul class="actions">{actions or "<li>none</li>"}</ul>'
         f'<h3>Guard</h3><p class="guard">{_verdict(step, mode)}</p>'
         f'<h3>Results</h3><ul class="results">{results or "<li>none</li>"}</ul>{error}</div></section>'
     )
     img = f'<img src="{thumb}" alt="step {n}">' if thumb else '<span class="missing">no image</span>'
-    strip = f'<a class="thumb{" failed" if failed else ""}" href="#step-{n}">{img}<span>{n}</span></a>'
+    strip = f'<a class="thumb{" failed" if failed else ""}" href="#step-{n}">{img}<span>{label}</span></a>'
     return section, strip
 
 
@@ -241,6 +245,8 @@ def render_report(trace: Trace) -> str:
     status = end.get("status", "?") if end else "unfinished"
     dry = is_dry_run(trace)
     shown = f"{status} (dry run: nothing was clicked or typed)" if dry else status
+    if status == "dry_run":
+        shown = "dry run finished (nothing was clicked or typed)"
     planned = would_do(trace)
     rows = [
         ("Task", run.get("task", "?")),

@@ -7,8 +7,14 @@
                            "capture": "reused" when the settled screen was reused, not grabbed again}
                           {"type": "end", "status", "answer", "steps", "message", "finished",
                            "dry_run", "would_do"}                                                 last
+                          (status "dry_run": a dry run the model ended as done; nothing was done)
     DIR/step-NNN.png    the screenshot the model looked at in step N
     DIR/trace.zip       a browser run's Playwright trace (`playwright show-trace DIR/trace.zip`), when kept
+
+Runs go to runs/ in the user's data folder unless told otherwise (`--trace-dir`, an MCP replay's heals/
+inside its run folder): each of those is remembered, one absolute path a line, in `elsewhere.txt` beside
+runs/ when its trace starts, so `trace list` finds every run the person made (`all_runs`); a remembered
+folder deleted since is skipped.
 
 A run folder is private: created 0700 (and the folders above it that it creates, such as the runs folder),
 its files 0600 whatever the umask (a trace can show what was on the screen).
@@ -39,6 +45,26 @@ def runs_root() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("qvl-agent", appauthor=False)) / "runs"
+
+
+def elsewhere_file() -> Path:
+    """The list of run folders made outside `runs_root()`, one absolute path a line."""
+    return runs_root().parent / "elsewhere.txt"
+
+
+def _remember(directory: Path) -> None:
+    """Note a run folder outside `runs_root()` in `elsewhere_file()`, so `trace list` finds it. A list that
+    cannot be written costs only the listing, never the run."""
+    folder = directory.resolve()
+    if folder.parent == runs_root().resolve():
+        return
+    try:
+        index = elsewhere_file()
+        make_private_dirs(index.parent)
+        with open(index, "a", encoding="utf-8", errors="backslashreplace", opener=_private) as fh:
+            fh.write(f"{folder}\n")
+    except OSError:
+        pass
 
 
 def default_trace_dir(root: Path | None = None) -> Path:
@@ -74,6 +100,7 @@ class TraceWriter:
             self._fh = open(self.dir / TRACE_FILE, "a", encoding="utf-8", errors="backslashreplace", opener=_private)
         except OSError as exc:
             raise InputError(f"Cannot write a trace to {self.dir}: {exc.strerror or exc}.") from None
+        _remember(self.dir)
         self.started = False
         self.ended = False
 
@@ -242,7 +269,8 @@ class RunSummary:
 
     @property
     def outcome_text(self) -> str:
-        return f"{self.outcome} (dry run)" if self.dry_run else self.outcome
+        """The status, marked for a dry run that ended otherwise ("dry_run" says it by itself)."""
+        return f"{self.outcome} (dry run)" if self.dry_run and self.outcome != "dry_run" else self.outcome
 
 
 def _run_key(path: Path) -> tuple:
@@ -259,6 +287,39 @@ def run_dirs(root: Path | None = None) -> list[Path]:
     except OSError:
         return []
     return sorted(found, key=_run_key, reverse=True)
+
+
+def all_runs() -> list[Path]:
+    """Every run the person made, newest first: the folders in `runs_root()` and those remembered in
+    `elsewhere_file()` that still hold a trace."""
+    found = {d.resolve(): d for d in run_dirs()}
+    try:
+        listed = elsewhere_file().read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        listed = []
+    for line in listed:
+        folder = Path(line)
+        if folder.is_absolute() and (folder / TRACE_FILE).is_file():
+            found.setdefault(folder.resolve(), folder)
+    return sorted(found.values(), key=_started_key, reverse=True)
+
+
+def _started_key(path: Path) -> tuple:
+    """When the run started (its first line's "started", to the second), then when its trace was last
+    written, then its name."""
+    from datetime import datetime
+
+    try:
+        written = (path / TRACE_FILE).stat().st_mtime
+    except OSError:
+        written = 0.0
+    try:
+        with open(path / TRACE_FILE, encoding="utf-8", errors="replace") as fh:
+            started = json.loads(fh.readline()).get("started", "")
+        when = int(datetime.strptime(started, "%Y-%m-%dT%H:%M:%S%z").timestamp())
+    except (OSError, ValueError, AttributeError, TypeError):
+        when = int(written)
+    return (when, written, _run_key(path))
 
 
 def latest_run(root: Path | None = None) -> Path:

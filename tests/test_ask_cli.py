@@ -18,6 +18,7 @@ def shot_png(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
     r = run_cli(
         "ask",
@@ -57,6 +58,7 @@ def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
     assert r.stdout.startswith(alone.stdout) and len(r.stdout) > len(alone.stdout)
 
 
+@pytest.mark.slow
 def test_stats_report_drafted_tokens_and_QVL_SPECULATE_0_turns_drafting_off(tiny_model_dir, shot_png):
     def ask(speculate: str):
         r = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--stats", "--max-new-tokens",
@@ -144,6 +146,7 @@ def test_screen_without_display_exits_2():
     assert r.returncode == 2 and "no display" in r.stderr.lower() and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_missing_model_names_it_and_how_to_point_at_a_copy(shot_png, tmp_path):
     env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     r = run_cli("ask", "--image", str(shot_png), "What is this?", env=env)

@@ -522,6 +522,7 @@ def test_a_second_stream_on_the_thread_of_a_lone_turn_is_refused_clearly(engine,
 # --- 11. the GPU check's concurrent scenario runs here too -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_gpu_checks_concurrent_scenario_passes_on_cpu(tiny_model_dir, tmp_path):
     """`scripts/gpu_check.py --only concurrent` (staggered arrivals, a cancel, a follow-up while others
     decode; every batched reply against itself alone and the fp32 reference forward) keeps working."""

@@ -6,9 +6,12 @@ engine's greedy tokens and first-token logits agreeing with plain transformers' 
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli
 
 
+@pytest.mark.slow
 def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tmp_path):
     out = tmp_path / "bench.json"
     r = run_cli(
@@ -22,6 +25,12 @@ def test_bench_runs_on_cpu_and_agrees_with_plain_transformers(tiny_model_dir, tm
         assert row["engine"] > 0 and row["baseline"] > 0, row
     assert [r["screen"] for r in report["screens"]] == ["1366x768", "1920x1080", "2560x1440", "3840x2160"]
     assert [r["visual_tokens"] for r in report["screens"]] == [1032, 2040, 3600, 8160]
+    # Grounding's cost per click, one pass and with the zoom-in pass on a crop of half of each side.
+    assert [(r["screen"], r["crop"]) for r in report["zoom"]] == [("1920x1080", "960x540"), ("3840x2160", "1920x1080")]
+    for row in report["zoom"]:
+        assert row["one_pass_ms"] > 0 and row["zoom_pass_ms"] > 0
+        assert abs(row["per_click_with_zoom_ms"] - row["one_pass_ms"] - row["zoom_pass_ms"]) < 0.02
+    assert "grounding per click" in r.stdout
     assert report["cuda_graphs"] is False  # the GPU-only paths step aside on a CPU
     assert report["decode_path"] == "eager" and report["compile_s"] is None  # no compile without a GPU
     agreed, total = map(int, report["greedy_tokens_agreeing_with_generate"].split("/"))

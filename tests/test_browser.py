@@ -72,7 +72,8 @@ def test_login_form_run_exports_a_script_that_signs_in_again(tmp_path, server):
     server.clear()
     wrong = replay_script(tmp_path / "out.py", "--url", server.url + "/help.html", "--timeout", "2")
     assert wrong.returncode == 1
-    assert wrong.stderr.startswith("Replay failed:")
+    assert wrong.stderr.startswith('Replay failed at step 2 (fill the "Username" textbox, line ')  # in words
+    assert 'waiting for get_by_role("textbox", name="Username", exact=True)' in wrong.stderr  # Playwright's log
     assert server.records("login") == []
 
 
@@ -302,3 +303,36 @@ def test_headed_run_with_another_viewport_on_the_virtual_display(tmp_path, serve
     trace = read_trace(tmp_path / "trace")
     assert trace.steps[0]["screen"]["width"] == 1024 and trace.steps[0]["screen"]["height"] == 700
     assert 'VIEWPORT = {"width": 1024, "height": 700}' in exported(tmp_path)
+
+
+def test_each_step_prints_the_model_s_one_line_reason_before_its_actions(tmp_path, server):
+    url = server.url + "/login.html"
+    at = element_centres(url, ["#username"])
+    long_reason = "The form is filled; " + "nothing else is left to do on this page, " * 6
+    replies = [
+        "Thought: the user name goes in the first field.\nAction: click it.\n" + click_at(at["#username"]),
+        call(action="type", text="alice"),  # no words: no reason line
+        long_reason + "\x1b[2J\n" + call(action="terminate", status="success"),
+    ]
+    done = browse(tmp_path, url, replies, "Type alice")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    first = lines.index("step 1: the model says: Thought: the user name goes in the first field.")
+    assert lines[first + 1].startswith("step 1: left_click")
+    assert not any(line.startswith("step 2: the model says") for line in lines)
+    [third] = [line for line in lines if line.startswith("step 3: the model says: ")]
+    assert third.startswith("step 3: the model says: The form is filled; nothing else") and third.endswith("…")
+    assert len(third) < 200 and "\x1b" not in done.stdout
+
+
+def test_a_secret_the_model_read_off_the_page_is_not_printed_in_its_reason(tmp_path, server):
+    url = server.url + "/login.html"
+    replies = ["The field shows 4711-ab, so the PIN is in.\n" + call(action="terminate", status="success")]
+    replay = write_replay(tmp_path / "replies.json", replies)
+    done = run_cli(
+        "browse", "--url", url, "--engine", f"replay:{replay}", "--secret", "PIN", "--trace-dir", str(tmp_path / "t"),
+        "Check the PIN", env=dict(ENV, QVL_CONFIG_DIR=str(tmp_path / "config"), QVL_SECRET_PIN="4711-ab"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "step 1: the model says: The field shows {{PIN}}, so the PIN is in." in done.stdout.splitlines()
+    assert "4711-ab" not in done.stdout + done.stderr

@@ -187,3 +187,52 @@ def test_a_reload_keeps_the_tab_signed_in_and_other_tabs_stay_locked_out(page):
         assert response.status == 401
         page.reload()
         expect(page.locator("h1")).to_have_text("This page needs the server's token")
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (700, 900)], ids=["wide", "narrow"])
+def test_a_long_answer_without_break_points_wraps_and_the_layout_holds(page, tmp_path, size):
+    """5,000 characters without a space: the answer wraps inside its column, and the screenshot pane and the
+    Ask button stay inside the window, where a person sees them."""
+    import io
+
+    from playwright.sync_api import expect
+
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.server.app import create_app
+    from tests.support.live_server import LiveServer
+
+    width, height = size
+    shot = tmp_path / "screen.png"
+    Image.new("RGB", (160, 120), (30, 140, 220)).save(shot)
+    token = "long-answer-token-0123456"
+    answer = "A" * 2500 + "/" + "b" * 2499
+    app = create_app(ReplayEngine([answer]), Settings(model="replayed"), token=token)
+    with LiveServer(app) as url:
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{url}/?token={token}")
+        page.set_input_files("#file", str(shot))
+        page.fill("#question", "Say it all in one word.")
+        page.get_by_role("button", name="Ask").click()
+        reply = page.locator(".msg.assistant").nth(0)
+        expect(reply).to_have_attribute("data-state", "done", timeout=30_000)
+        assert len(reply.locator(".text").inner_text()) == 5000
+
+        def inside(selector: str) -> dict:
+            box = page.locator(selector).bounding_box()
+            assert box is not None, f"{selector} is not shown"
+            assert box["x"] >= 0 and box["x"] + box["width"] <= width, f"{selector} is off the window: {box}"
+            assert box["y"] >= 0 and box["y"] + box["height"] <= height, f"{selector} is off the window: {box}"
+            return box
+
+        ask, preview, column = inside("#ask"), inside("#preview"), inside("#chat")
+        expect(page.locator("#ask")).to_be_visible()
+        expect(page.locator("#preview")).to_be_visible()
+        text = reply.locator(".text").bounding_box()
+        assert text["x"] + text["width"] <= column["x"] + column["width"]  # the long word wrapped
+        assert page.evaluate("document.documentElement.scrollWidth") <= width  # no sideways scrolling
+        # What the person sees: the Ask button's own blue where the page says it is, the screenshot's too.
+        seen = Image.open(io.BytesIO(page.screenshot())).convert("RGB")
+        assert seen.getpixel((int(ask["x"] + 6), int(ask["y"] + ask["height"] / 2))) == (0x2F, 0x6F, 0xDD)
+        middle = (int(preview["x"] + preview["width"] / 2), int(preview["y"] + preview["height"] / 2))
+        assert seen.getpixel(middle) == (30, 140, 220)

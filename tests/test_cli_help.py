@@ -48,6 +48,22 @@ def test_every_parser_has_a_description_placeholders_in_capitals_and_its_default
             assert f"(default: {action.default})" in help_text, f"{path} {label}: {help_text!r}"
 
 
+def test_every_command_leads_with_its_name_and_what_it_does():
+    for path, parser in _parsers():
+        if len(path) == 1:
+            lead = f"`qvl-agent {path[0]}"
+            assert parser.description.startswith(lead), f"qvl-agent {path[0]}: {parser.description!r}"
+
+
+def test_serve_max_batch_help_gives_the_settings_value(capsys):
+    from qvl_agent.config import Settings
+
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"default: the max_batch setting, {Settings().max_batch})" in out
+
+
 def test_help_output_shows_placeholders_and_defaults(capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(["serve", "--help"])

@@ -56,6 +56,23 @@ def test_top_k_and_presence_penalty_shape_what_sampling_can_pick():
     assert GenerationOptions().temperature == 0 and GenerationOptions.sampling(max_new_tokens=9).max_new_tokens == 9
 
 
+def test_frequency_penalty_grows_with_each_repeat_of_a_token():
+    import torch
+
+    from qvl_agent.engine.decode import select_token
+
+    logits = torch.tensor([[5.0, 4.0, 3.5, -1.0]])
+    gen = torch.Generator().manual_seed(0)
+    once, thrice = torch.tensor([0, 1]), torch.tensor([0, 0, 0, 1])
+
+    def pick(seen):
+        return {int(select_token(logits, 1.0, 1.0, gen, top_k=1, frequency_penalty=1.0, seen=seen)) for _ in range(20)}
+
+    assert pick(once) == {0}  # 5 - 1 is still above 4 - 1 and 3.5
+    assert pick(thrice) == {2}  # 5 - 3 and 4 - 1 fall below 3.5
+    assert int(select_token(logits, 0.0, 1.0, frequency_penalty=9.0, seen=thrice)) == 0  # greedy takes the top
+
+
 def test_drafts_come_from_the_tool_call_skeleton_and_earlier_context(tokenizer):
     from qvl_agent.engine.speculate import Drafter, skeleton_ids
 

@@ -169,7 +169,7 @@ def test_dry_run_moves_nothing(app, tmp_path):
         ],
     )
     done = run_cli("run", "--engine", engine, "--dry-run", "--trace-dir", str(tmp_path / "t"), "Fill it")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # a finished dry run: nothing was done
     assert "left_click" in done.stdout  # the person sees what would have been done, with pixels
     assert pointer() == before_pointer
     assert app.state() == before_state

@@ -160,3 +160,10 @@ def test_the_download_hint_is_a_command_that_exists(tmp_path, config_env):
                   env={**config_env, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})  # fmt: skip
     assert "hf download someone/not-cached-model --local-dir DIR" in out.stdout
     assert "huggingface-cli" not in out.stdout
+
+
+def test_a_missing_model_names_the_replay_engine_as_the_way_to_try_without_weights(tmp_path, config_env):
+    out = run_cli("doctor", "--engine", "local", "--model", "someone/not-cached-model",
+                  env={**config_env, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    fix = next(line for line in out.stdout.splitlines() if "hf download someone/not-cached-model" in line)
+    assert "--engine replay:FILE" in fix and "docs/engine.md" in fix

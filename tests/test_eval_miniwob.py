@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.browser]
 TASKS = ["click-button", "click-checkboxes", "enter-text"]
 
 
+@pytest.mark.slow
 def test_a_dom_reading_oracle_solves_every_episode_through_the_browser_loop(tmp_path):
     oracle = DomOracle()
     episodes = miniwob.evaluate(oracle, TASKS, episodes=2, seed=11, out=tmp_path, on_start=oracle.attach, progress=None)

@@ -102,3 +102,33 @@ def test_the_miniwob_table_says_what_the_terminal_says(tmp_path):
         assert printed == f"  {task}: {success}, {steps} steps, {ms} ms per step"
         assert success.endswith(f"/{count})")
     assert cells[0][2] == "66.67% (2/3)"
+
+
+def test_reports_list_misses_before_hits(tmp_path):
+    """A person opens a report to see what went wrong: misses (and failed episodes) come first."""
+    Image.new("RGB", (100, 80), (200, 200, 200)).save(tmp_path / "shot.png")
+    items = [
+        {"img_filename": "shot.png", "bbox": [40, 30, 20, 20], "instruction": f"box {n}", "data_type": "text"}
+        for n in (1, 2, 3)
+    ]
+    (tmp_path / "data.json").write_text(json.dumps(items), encoding="utf-8")
+    replies = tmp_path / "replies.json"
+    points = ([500, 500], [50, 50], [500, 500])  # the second misses the box
+    replies.write_text(json.dumps([call(action="left_click", coordinate=p) for p in points]), encoding="utf-8")
+    out = tmp_path / "out"
+    data = str(tmp_path / "data.json")
+    done = run_cli("eval", "screenspot", data, "--out", str(out), "--engine", f"replay:{replies}")
+    assert done.returncode == 0, done.stderr
+    page = (out / "report.html").read_text(encoding="utf-8")
+    captions = re.findall(r"<figcaption class='(\w+)'>", page)
+    assert captions == ["miss", "hit", "hit"]
+    items_table = page.split("<h2>Items</h2>")[1].split("</table>")[0]
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", items_table) if "<td>" in row]
+    assert [(r[1], r[2]) for r in rows] == [("box 2", "no"), ("box 1", "yes"), ("box 3", "yes")]
+
+    episodes = [_episode("click-button", 1, True, 2, 1000.0), _episode("click-button", 2, False, 4, 1234.0)]
+    lines, task_rows = mw.summarize(episodes)
+    page = mw.write_miniwob_report(tmp_path, episodes, lines, task_rows).read_text(encoding="utf-8")
+    listed = page.split("<h2>Episodes</h2>")[1].split("</table>")[0]
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", listed) if "<td>" in row]
+    assert [(c[1], c[4]) for c in cells] == [("2", "no"), ("1", "yes")]

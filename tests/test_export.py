@@ -115,6 +115,21 @@ def test_a_click_without_a_unique_locator_falls_back_to_pixels_and_says_so():
     assert compiled.unexpressed and "CSS pixel (40, 50)" in compiled.unexpressed[0]
 
 
+def test_a_step_found_by_its_place_alone_first_checks_the_element_there_reads_as_recorded():
+    by_place = {"kind": "css", "selector": "body > div:nth-of-type(3) > button"}
+    steps = [
+        step("left_click", by_place, None, None, pixels=[[5, 5]], element={"tag": "button", "text": "Delete"}),
+        step("left_click", GO, None, None, pixels=[[1, 1]], element={"tag": "button", "text": "Go"}),
+    ]
+    source = compile_run(URL, steps).source
+    assert body(source)[:2] == [
+        'expect(page.locator("body > div:nth-of-type(3) > button")).to_have_text("Delete", use_inner_text=True)',
+        'page.locator("body > div:nth-of-type(3) > button").click()',
+    ]
+    assert body(source)[2] == 'page.get_by_role("button", name="Go", exact=True).click()'  # its name is its check
+    assert '"by_position": true' in source  # and the intent says how it was found
+
+
 def test_final_state_becomes_expect_assertions():
     final = {
         "url": "http://127.0.0.1:8000/form.html#sent",

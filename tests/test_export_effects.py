@@ -174,6 +174,7 @@ def _load(path):
 
 
 @pytest.mark.browser
+@pytest.mark.slow
 def test_the_portal_export_replays_in_a_cpu_throttled_browser_every_time(tmp_path, server):
     from playwright.sync_api import expect, sync_playwright
 

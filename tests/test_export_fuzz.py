@@ -134,6 +134,7 @@ def value_of(node: ast.expr) -> str:
 RUNS, UNITS = 250, 40  # 10,000 random typed texts, labels, role names, keys, selectors and URLs
 
 
+@pytest.mark.slow
 def test_ten_thousand_random_values_export_scripts_that_hold_only_the_calls_the_exporter_writes():
     rng = random.Random(20261203)
     benign = ast.parse(compile_run(ORIGIN + "/form", [], task="x").source)

@@ -119,7 +119,7 @@ def test_a_dry_run_tells_the_model_nothing_was_done_without_pixels():
     )
     inner = RecordingExecutor([screen(1), screen(2)])
     agent = Agent(engine, DryRunExecutor(inner), Guard(mode="auto"))
-    assert agent.run("Click").status == "success"
+    assert agent.run("Click").status == "dry_run"  # the model ended it as done, but nothing was done
     assert engine.requests[1].text.startswith("left_click at (500, 500): not carried out")
     assert "2603" not in engine.requests[1].text and inner.actions == []
 

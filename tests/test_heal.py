@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -60,8 +61,8 @@ CASES = [
         [("measure", ".row:nth-of-type(2) .star")],
         lambda at: [click_at(at[".row:nth-of-type(2) .star"]), DONE],
         {"starred": "beta"},
-        {'after "Beta"': ".row:nth-of-type(2) .star"},
-        ['page.locator("body > main > div:nth-of-type(2) > div > span").click()'],
+        {'in the item that says "Beta"': "li:nth-of-type(2) .star"},
+        ['page.locator("li.project").filter(has=page.get_by_text("Beta", exact=True)).get_by_text("☆", exact=True)'],
         1,
     ),
     Case(
@@ -99,8 +100,8 @@ CASES = [
         {"from": "Oslo", "to": "Rome"},
         {'after "From"': "[name=from]", 'after "To"': "[name=to]"},
         [
-            'page.locator("body > form > div:nth-of-type(2) > input").fill("Oslo")',
-            'page.locator("body > form > div:nth-of-type(1) > input").fill("Rome")',
+            'page.locator("body > form > p:nth-of-type(4) > input").fill("Oslo")',
+            'page.locator("body > form > p:nth-of-type(2) > input").fill("Rome")',
         ],
         2,
     ),
@@ -110,7 +111,10 @@ CASES = [
         lambda at: [click_at(at["button[data-d=old]"]), DONE],
         {"deleted": "old"},
         {'the "Delete" button after "Old draft"': "button[data-d=old]"},  # two "Delete" buttons now
-        ['page.locator("body > main > div:nth-of-type(2) > button").click()'],
+        [
+            'page.locator("div.row").filter(has=page.get_by_text("Old draft", exact=True))'
+            '.get_by_role("button", name="Delete", exact=True).click()'
+        ],
         1,
     ),
     Case(
@@ -172,6 +176,7 @@ def healing(tmp_path, engine: str, script):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.page for c in CASES])
+@pytest.mark.slow
 def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case):
     url = record_on_a(tmp_path, server, case)
     script = tmp_path / "out.py"
@@ -184,8 +189,9 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     assert server.records(case.page) != [case.expected]
 
     server.clear()
-    sandboxed = replay(str(script), "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
+    sandboxed = replay(str(script), "--step-timeout", "3", "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
     assert sandboxed.returncode == 1, sandboxed.stdout + sandboxed.stderr
+    assert "30000ms" not in sandboxed.stderr + sandboxed.stdout  # a step waits --step-timeout, not the script's 30 s
     assert server.records(case.page) != [case.expected]
 
     oracle = DomGroundingOracle(url, case.targets)
@@ -210,6 +216,11 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     assert script.read_text() == original  # the person's script is left as it was
     report = (tmp_path / "heals" / "report.html").read_text()
     assert report.count('class="heal"') == case.heals
+    for step in re.findall(r"^qvl-agent: healed step (\d+)", healed.stderr, re.M):
+        assert f"<h2>Script step {step}<" in report  # numbered as the script numbers its steps
+    if case.page == "renamed":  # the step's intent says what its element is now: a second heal asks for that
+        [intent] = [line for line in source.splitlines() if '"action": "click", "role": "button"' in line]
+        assert '"name": "Create account"' in intent and "Sign up" not in intent
 
     server.clear()
     again = replay_script(healed_path, "--timeout", "3")  # plain python, no model, no hook
@@ -278,9 +289,9 @@ def test_heal_with_the_replay_engine(tmp_path, server):
     case = CASES[1]
     record_on_a(tmp_path, server, case)
     server.site = "b"
-    at = measure_along(f"{server.url}/site/moved.html", [("measure", ".row:nth-of-type(2) .star")])
+    at = measure_along(f"{server.url}/site/moved.html", [("measure", "li:nth-of-type(2) .star")])
     replies = tmp_path / "heal-replies.json"
-    replies.write_text('["' + click_at(at[".row:nth-of-type(2) .star"]).replace('"', '\\"').replace("\n", "\\n") + '"]')
+    replies.write_text('["' + click_at(at["li:nth-of-type(2) .star"]).replace('"', '\\"').replace("\n", "\\n") + '"]')
     server.clear()
     result = healing(tmp_path, f"replay:{replies}", tmp_path / "out.py")
     assert result.returncode == 0, result.stderr
@@ -288,6 +299,7 @@ def test_heal_with_the_replay_engine(tmp_path, server):
     assert (tmp_path / "out.healed.py").exists()
 
 
+@pytest.mark.slow
 def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     """The MCP `replay` tool runs a script's text in the sandbox; with heal=true it comes back healed. As
     `browse`, it refuses a script for a local address unless the server was started with --allow-local-urls."""
@@ -324,6 +336,10 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     assert heal["locator"] == 'page.get_by_role("button", name="Create account", exact=True)'
     assert 'page.get_by_role("button", name="Create account", exact=True).click()' in healed["healed_script"]
     assert healed["report"].endswith("report.html")
+    # The heals' run sits inside the MCP run's folder, and `trace list` still lists it, with where it is.
+    heals = Path(healed["report"]).parent
+    listed = run_cli("trace", "list", "-n", "100").stdout
+    assert f"{heals.resolve()} " in listed, listed
 
 
 def test_an_earlier_healed_script_is_never_overwritten(tmp_path, server):

@@ -92,10 +92,24 @@ def test_a_healed_locator_replaces_only_the_failing_one():
     diff = unified_diff(SCRIPT, healed, "a.py", "b.py")
     removed = [d for d in diff.splitlines() if d.startswith("-") and not d.startswith("---")]
     added = [d for d in diff.splitlines() if d.startswith("+") and not d.startswith("+++")]
-    assert removed == ['-    page.get_by_role("button", name="Sign up", exact=True).click(position={"x": 3, "y": 4})']
-    # the point inside the old element is dropped: the heal acted at the new element's centre
-    assert added == ['+    page.get_by_role("button", name="Create", exact=True).click()']
-    assert "# intent:" in healed and 'the name "é" stays' in healed  # comments and text kept
+    assert removed == [
+        '-    # intent: {"step": 3, "action": "click", "role": "button", "name": "Sign up"}',
+        '-    page.get_by_role("button", name="Sign up", exact=True).click(position={"x": 3, "y": 4})',
+    ]
+    # the point inside the old element is dropped: the heal acted at the new element's centre; the step's
+    # intent says what its element is now, so a second heal asks for "Create"
+    new_intent = {
+        "step": 3,
+        "action": "click",
+        "role": "button",
+        "name": "Create",
+        "locator": {"kind": "role", "role": "button", "name": "Create"},
+    }
+    assert added == [
+        "+    " + intent.comment(new_intent),
+        '+    page.get_by_role("button", name="Create", exact=True).click()',
+    ]
+    assert 'the name "é" stays' in healed  # other comments and text kept
 
 
 def test_an_expect_and_a_tab_keep_their_own_page_expression():
@@ -317,3 +331,20 @@ def test_the_model_is_asked_a_bounded_number_of_times(service, monkeypatch):
         assert "point" in hook.ask(_question())
         assert hook.ask(found) == {"cover": True}
     assert "page changed too much" in hook.ask(_question())["stop"]
+
+
+def test_a_locator_from_inside_the_sandbox_is_taken_only_in_the_shapes_locate_makes():
+    from qvl_agent.scripts.heal.service import clean_locator
+
+    row = {
+        "kind": "within",
+        "item": "tr",
+        "has_text": "#1002",
+        "inner": {"kind": "role", "role": "button", "name": "Delete"},
+    }
+    assert clean_locator(dict(row, extra="dropped")) == row
+    assert clean_locator(dict(row, inner=row)) is None  # an item inside an item
+    assert clean_locator(dict(row, inner={"kind": "point", "x": 1, "y": 2})) is None
+    assert clean_locator(dict(row, has_text="")) is None and clean_locator(dict(row, item=["tr"])) is None
+    assert clean_locator(dict(row, has_text="x" * 10_000)) is None
+    assert clean_locator({"kind": "item", "item": "tr", "has_text": "#1002"}) is None  # never a step's element

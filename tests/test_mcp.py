@@ -136,11 +136,11 @@ def test_stdio_every_screen_tool_and_every_refusal(x_display, tmp_path):
     reply, outcome = anyio.run(session)
     # The calling model reads first that nothing happened, then what would have happened.
     assert reply.startswith("DRY RUN: nothing was clicked or typed on the screen; the task was NOT carried out.")
-    assert "success (dry run): The model ended the task: success." in reply
+    assert "dry_run: The model ended the task: success." in reply and "success (dry run)" not in reply
     assert "Would have run (1 action):\n  1. left_click at (500, 500) -> pixel (960, 540)" in reply
     assert outcome["dry_run"] is True
     assert outcome["would_have_run"] == ["left_click at (500, 500) -> pixel (960, 540)"]
-    assert outcome["status"] == "success" and outcome["steps"] == 2
+    assert outcome["status"] == "dry_run" and outcome["steps"] == 2  # never "success": nothing was done
     trace = read_trace(outcome["trace_dir"])
     assert trace.run["mode"] == "dry-run"
     assert trace.steps[0]["results"][0]["message"] == "not carried out (dry run)"

@@ -36,3 +36,22 @@ def test_listed_tool_descriptions_carry_no_indentation_runs():
             for line in text.splitlines():
                 assert line == line.lstrip(), f"{tool.name}: {line!r}"
             assert "  " not in text, f"{tool.name}: {text!r}"
+
+
+def test_readme_and_server_docs_name_every_tool_the_server_lists():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    server = build_server(ScreenTools(ReplayEngine([]), Settings()))
+
+    async def listed():
+        async with Client(server) as client:
+            return (await client.list_tools()).tools
+
+    names = {t.name for t in anyio.run(listed)}
+    readme = root.joinpath("README.md").read_text(encoding="utf-8")
+    mcp_line = readme[readme.index("**MCP**") :].split("\n\n")[0]
+    table = root.joinpath("docs", "server.md").read_text(encoding="utf-8")
+    for name in names:
+        assert f"`{name}`" in mcp_line, f"README's MCP paragraph leaves out {name}"
+        assert f"| `{name}(" in table, f"docs/server.md's tool table leaves out {name}"

@@ -8,9 +8,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+@pytest.mark.slow
 def test_profile_reports_every_phase_of_a_real_turn(tiny_model_dir, tmp_path):
     out = tmp_path / "profile.json"
     tokens = 12

@@ -201,6 +201,16 @@ def test_the_exit_status_is_the_scripts_own(folder, capsys):
     assert code == 3 and "bye" in out
 
 
+def test_step_timeout_reaches_the_script_as_its_timeout_and_a_bad_one_is_refused(folder, capsys):
+    (folder / "args.py").write_text(with_header("import sys\nprint(sys.argv[1:])\n", "args.py", []))
+    code, out, _ = replay(capsys, "--step-timeout", "2.5", str(folder / "args.py"))
+    assert code == 0 and "['--timeout', '2.5']" in out
+    code, out, _ = replay(capsys, str(folder / "args.py"))
+    assert code == 0 and "[]" in out  # without it, the script's own default
+    code, _, err = replay(capsys, "--step-timeout", "0", str(folder / "args.py"))
+    assert code == 2 and "--step-timeout must be from 0 to 86400 seconds" in err
+
+
 def test_an_existing_output_folder_is_refused_in_one_sentence(folder, capsys):
     (folder / "out").mkdir()
     (folder / "s.py").write_text("print(1)\n")

@@ -26,7 +26,7 @@ def data_home(tmp_path):
     return home, {"XDG_DATA_HOME": str(home)}
 
 
-def _dry_run(env, task: str, replies: list[str], tmp_path, code: int = 0) -> str:
+def _dry_run(env, task: str, replies: list[str], tmp_path, code: int = 3) -> str:
     replay = tmp_path / f"replay-{len(replies)}.json"
     replay.write_text(json.dumps(replies), encoding="utf-8")
     done = run_cli("run", "--engine", f"replay:{replay}", "--dry-run", task, env=env, timeout=120)
@@ -120,7 +120,7 @@ def test_trace_list_shows_runs_newest_first_and_show_takes_the_latest(x_display,
     lines = listed.stdout.strip().splitlines()
     assert len(lines) == 2
     assert "Second task" in lines[0] and "2 steps" in lines[0] and "failure" in lines[0]
-    assert "First task" in lines[1] and "1 steps" in lines[1] and "success" in lines[1]
+    assert "First task" in lines[1] and "1 steps" in lines[1] and "dry_run" in lines[1]
     shown = run_cli("trace", "show", env=env)
     assert shown.returncode == 0 and "Second task" in shown.stdout
 

@@ -87,6 +87,8 @@ def test_confirm_shows_words_and_marker_refuses_the_impossible_first_n_tells_the
         assert "<tool_call>" not in printed
         # The point is ringed on the screen while the question waits.
         px, py = to_pixels(*name, app.screen)
+        # The action in words, with its pixel: the same sentence the tray's confirm dialog shows.
+        assert f"qvl-agent: it will click at pixel ({px}, {py}) (marked on the screen)." in printed
         deadline = time.monotonic() + 10
         while not (markers := visible_windows(x_display, MARKER_TITLE)):
             assert time.monotonic() < deadline, "no marker on the screen while asking"

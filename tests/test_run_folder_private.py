@@ -59,7 +59,7 @@ def test_a_desktop_dry_run_writes_only_private_files_under_umask_zero(x_display,
     )
     trace = tmp_path / "new" / "runs" / "one"
     done = run_cli("run", "--engine", engine, "--dry-run", "--trace-dir", str(trace), "Click", env=person(tmp_path))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr
     found = modes(trace)
     assert {"trace.jsonl", "step-001.png", "report.html"} <= set(found)
     assert found.pop(".") == 0o700

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,24 +102,25 @@ def test_a_dry_run_is_called_one_everywhere_with_what_it_would_have_run(x_displa
     done = run_cli(
         "run", "--engine", engine, "--dry-run", "--trace-dir", str(trace_dir), "Say hello", env=_env(tmp_path)
     )
-    assert done.returncode == 0, done.stderr
-    assert "success (dry run, nothing was clicked or typed): The model ended the task: success." in done.stderr
+    assert done.returncode == 3, done.stderr  # its own exit status: neither done (0) nor failed (1)
+    assert "dry run finished (nothing was clicked or typed): The model ended the task: success." in done.stderr
+    assert "success (" not in done.stderr
     assert "Would have run (2 actions):\n  1. left_click at (500, 500) -> pixel (960, 540)\n  2. type 'hello'" in (
         done.stderr
     )
 
     [line] = [line for line in _listed(tmp_path) if line.startswith("dry ")]
-    assert "success (dry run)" in line and "Say hello" in line
+    assert " dry_run " in line and "success" not in line and "Say hello" in line
 
     shown = run_cli("trace", "show", str(trace_dir), env=_env(tmp_path)).stdout
     assert "(dry run: nothing was clicked or typed)" in shown
-    assert "end      success (dry run) after 2 steps" in shown
+    assert "end      dry_run after 2 steps" in shown
     assert "would do 1. left_click at (500, 500) -> pixel (960, 540)" in shown and "2. type 'hello'" in shown
 
     report = (trace_dir / "report.html").read_text(encoding="utf-8")
     assert "<title>qvl-agent dry run: Say hello</title>" in report
     assert '<header class="dry">' in report
-    assert "success (dry run: nothing was clicked or typed)" in report
+    assert "dry run finished (nothing was clicked or typed)" in report and "success (" not in report
     assert "1. left_click at (500, 500) -&gt; pixel (960, 540); 2. type &#x27;hello&#x27;" in report
 
 
@@ -190,6 +192,63 @@ def test_the_tray_s_sentence_about_a_dry_run_does_not_read_as_a_done_task():
     from qvl_agent.ui.automation import describe_outcome
 
     real = RunResult("success", steps=2, message="The model ended the task: success.")
-    dry = RunResult("success", steps=2, message="The model ended the task: success.", dry_run=True)
+    dry = RunResult("dry_run", steps=2, message="The model ended the task: success.", dry_run=True)
     assert describe_outcome(real).startswith("Task done")
-    assert describe_outcome(dry).startswith("Dry run done (nothing was clicked or typed)")
+    assert describe_outcome(dry).startswith("Dry run finished, nothing was clicked or typed")
+
+
+@pytest.mark.parametrize("problem", ["missing", "not json", "not a list"])
+def test_a_bad_replay_file_is_one_sentence_before_any_run_folder(tmp_path, problem):
+    replies = tmp_path / "replies.json"
+    if problem != "missing":
+        replies.write_text("{nope" if problem == "not json" else '{"a": 1}', encoding="utf-8")
+    script = tmp_path / "saved.py"
+    script.write_text("print('hi')\n", encoding="utf-8")
+    engine = f"replay:{replies}"
+    commands = {
+        "run": ("run", "--engine", engine, "--dry-run", "--trace-dir", str(tmp_path / "run-dir"), "Save"),
+        "browse": ("browse", "--url", "https://x.test/", "--engine", engine, "--trace-dir", f"{tmp_path}/b-dir", "A"),
+        "replay": ("replay", str(script), "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heal-dir")),
+        "browse, default folder": ("browse", "--url", "https://example.com/", "--engine", engine, "Sign in"),
+    }
+    for name, args in commands.items():
+        done = run_cli(*args, env=_env(tmp_path))
+        assert done.returncode == 2, (name, done.stderr)
+        said = done.stderr.strip().splitlines()
+        assert len(said) == 1 and "replay file" in said[0] and str(replies) in said[0], (name, said)
+    assert not any(tmp_path.glob("*-dir")), "a run folder was made before the error"
+    assert not (tmp_path / "data" / "qvl-agent" / "runs").exists()
+    assert _listed(tmp_path)[0].startswith("No runs")
+
+
+@pytest.mark.browser
+def test_trace_list_shows_runs_made_with_trace_dir_by_their_path_and_skips_deleted_ones(tmp_path):
+    server = PageServer().start()
+    try:
+        engine = _replay(tmp_path, [call(action="terminate", status="success")])
+        url = f"{server.url}/index.html"
+        elsewhere = tmp_path / "my runs" / "first"
+        gone = tmp_path / "my runs" / "second"
+        for folder, task in ((elsewhere, "Look elsewhere"), (gone, "Then delete me"), (None, "Look at home")):
+            where = ("--trace-dir", str(folder)) if folder else ()
+            done = run_cli("browse", "--url", url, "--engine", engine, *where, task, env=_env(tmp_path))
+            assert done.returncode == 0, done.stderr
+    finally:
+        server.stop()
+    shutil.rmtree(gone)
+    lines = _listed(tmp_path)
+    assert len(lines) == 2, lines
+    assert "Look at home" in lines[0] and not lines[0].startswith("/")  # newest first, by its folder name
+    assert lines[1].startswith(f"{elsewhere} ") and "Look elsewhere" in lines[1] and "success" in lines[1]
+
+
+def test_the_tray_lists_a_long_dry_run_s_first_actions_and_points_to_the_report_for_the_rest():
+    from qvl_agent.agent import RunResult
+    from qvl_agent.ui.automation import describe_outcome
+
+    would_do = tuple(f"left_click at ({i}, {i}) -> pixel ({i}, {i})" for i in range(1, 21))
+    dry = RunResult("dry_run", steps=21, message="The model ended the task: success.", dry_run=True, would_do=would_do)
+    lines = describe_outcome(dry).splitlines()
+    assert lines[1] == "Would have run (20 actions):"
+    assert lines[2:10] == [f"  {i}. {what}" for i, what in enumerate(would_do[:8], start=1)]
+    assert lines[10:] == ["  … and 12 more (Open report lists them all)."]

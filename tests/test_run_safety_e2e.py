@@ -82,11 +82,11 @@ def test_a_dry_run_says_so_in_the_header_and_on_every_action(form, tmp_path):
     )
     before = form.state()
     done = run_cli("run", "--engine", engine, "--dry-run", "--trace-dir", str(tmp_path / "t"), "Fill it")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr
     assert "DRY RUN: nothing will be clicked or typed" in done.stderr
     steps = [line for line in done.stdout.splitlines() if line.startswith("step ")]
     assert len(steps) == 4 and all("DRY RUN: " in line for line in steps)
-    assert "DRY RUN: success" in done.stderr
+    assert "DRY RUN: dry run finished (nothing was clicked or typed)" in done.stderr
     assert form.state() == before
 
 

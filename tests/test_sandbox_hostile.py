@@ -239,7 +239,8 @@ def test_chromium_flags_that_run_programs_stay_inside(server, tmp_path):
         "        print(exc)\n"
         "    b.close()\n"
     )
-    run(script, server)
+    # A renderer that cannot start leaves the page hanging: 20 s is long past any renderer's launch.
+    run(script, server, timeout_s=20)
     assert not marker.exists()
 
 
@@ -598,6 +599,17 @@ def test_a_legitimate_script_fills_a_form_and_its_files_come_back(server):
     assert result.files["shots/welcome.png"].startswith(b"\x89PNG")
     assert result.files["welcome.pdf"].startswith(b"%PDF")
     assert result.files["downloads/report.txt"] == b"quarterly"
+
+
+def test_a_script_that_asks_for_a_visible_browser_runs_headless_and_says_so(server):
+    # Most people's own scripts launch with headless=False; there is no display in the sandbox.
+    headed = LOGIN.format(url=server.url, button="Sign in").replace("launch(", "launch(headless=False, ", 1)
+    assert "headless=False" in headed
+    server.clear()
+    result = run(headed, server)
+    assert result.returncode == 0, result.output
+    assert "the script asked for a visible browser; in the sandbox it runs headless." in result.output
+    assert server.records("login") == [{"username": "grace", "password": "hopper"}]
 
 
 def test_a_wrong_locator_fails_with_playwrights_message_before_a_short_timeout(server):

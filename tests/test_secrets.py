@@ -89,6 +89,7 @@ def _sign_in(tmp_path, server, user: str, password: str, *args: str, env=None):
     return _browse(tmp_path, url, replies, *args, env=env)
 
 
+@pytest.mark.slow
 def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path, server):
     """README's demo/demo login: the model types `demo` as the user name and {{PASSWORD}} (also "demo")
     as the password. The export reads the secret in the password field alone: replayed with another
@@ -101,11 +102,24 @@ def test_a_user_name_equal_to_the_password_is_exported_as_the_user_name(tmp_path
     source = script.read_text()
     assert source.count('.fill("demo")') == 1  # the user name, as the model typed it
     assert source.count('.fill(os.environ["QVL_SECRET_PASSWORD"])') == 1  # the secret, where it typed {{PASSWORD}}
-    assert source.count("QVL_SECRET_PASSWORD") == 1
+    assert source.count('os.environ["QVL_SECRET_PASSWORD"]') == 1
+    assert 'SECRETS = ["QVL_SECRET_PASSWORD"]' in source  # asked for before the browser starts
     server.clear()
     _replay_plainly(script, tmp_path, QVL_SECRET_PASSWORD="other-" + uuid.uuid4().hex[:6])
     [record] = server.records("login")  # what the replay typed, read by the page
     assert record["username"] == "demo" and record["password"].startswith("other-")
+
+    # Without the variable: one sentence naming it, before any browser starts, plainly and through replay.
+    server.clear()
+    plain = _replay_plainly(script, tmp_path)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert "This script types a secret from $QVL_SECRET_PASSWORD, which is not set" in plain.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QVL_SECRET_")}
+    sandboxed = run_cli("replay", str(script), env=dict(env, QVL_CONFIG_DIR=str(tmp_path / "config")))
+    assert sandboxed.returncode == 2 and "Traceback" not in sandboxed.stderr
+    assert "The script types a secret from $QVL_SECRET_PASSWORD, which is not set" in sandboxed.stderr
+    assert "qvl-agent: network:" not in sandboxed.stderr  # stopped before it was given anything
+    assert server.records("login") == []
 
 
 def test_a_placeholder_the_run_did_not_declare_stays_text_and_reads_no_variable(tmp_path, server):

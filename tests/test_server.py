@@ -270,7 +270,13 @@ def test_32_concurrent_clients_each_get_their_own_replies():
                 text = f"client{n}-q{k}"
                 messages.append(user(text, shot) if k == 0 else user(text))
                 stream = k % 2 == 1
-                r = await http.post(url + "/v1/chat/completions", json={"messages": messages, "stream": stream})
+                body = {"messages": messages, "stream": stream}
+                try:
+                    r = await http.post(url + "/v1/chat/completions", json=body)
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    # HTTP/1.1's keep-alive race: the server closed an idle pooled connection (after
+                    # transport.KEEP_ALIVE_S) just as this request went out on it. OpenAI's clients retry it.
+                    r = await http.post(url + "/v1/chat/completions", json=body)
                 if r.status_code == 429:
                     assert r.json()["error"]["code"] == "rate_limit_exceeded" and "Retry-After" in r.headers
                     results.setdefault(text, []).append("refused")
@@ -338,3 +344,24 @@ def test_a_cache_salt_or_another_user_shares_no_session_with_a_conversation():
         assert post(url, guess, headers=AUTH).status_code == 401  # a token of no user
         bad = post(url, {**guess, "cache_salt": ""}, headers=as_ann)
         assert bad.status_code == 400 and "cache_salt" in bad.text
+
+
+def test_a_profile_that_puts_text_first_keeps_its_order_through_this_server():
+    """A client asking MAI-UI's way (`--engine openai:URL --profile mai-ui`): the text, then the image."""
+    from qvl_agent import profiles
+    from qvl_agent.engine.remote import RemoteEngine
+    from qvl_agent.grounding import locate, system_prompt, user_text
+    from qvl_agent.image import Screenshot
+
+    engine = ReplayEngine(['<answer>{"coordinate": [500,500]}</answer>', "A login form."])
+    with serve(engine) as url:
+        remote = RemoteEngine(url, api_key=TOKEN, model="qvl-test-model")
+        remote.profile = profiles.get("mai-ui")
+        point = locate(remote, Screenshot(b"\0\0\0" * (64 * 48), 64, 48, "RGB"), "the OK button")
+        assert (point.x, point.y) == (32, 24)
+        plain = post(url, {"model": "qvl-test-model", "messages": [user("What is this?", png_url())]})
+        assert plain.status_code == 200
+    first, second = engine.requests
+    assert first.text_first and first.text == user_text("the OK button", profiles.get("mai-ui"))
+    assert first.system == system_prompt(profiles.get("mai-ui"))
+    assert not second.text_first  # the usual order stays the usual order

@@ -78,6 +78,7 @@ def soft_limit_raised():
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.slow
 def test_hundreds_of_half_open_heads_under_a_low_descriptor_limit_do_not_starve_health(tmp_path, soft_limit_raised):
     proc, url, err_path = start(tmp_path, 512, 512)
     socks: list[socket.socket] = []

@@ -116,3 +116,34 @@ def test_the_worker_holds_back_a_stop_string_split_across_pieces_with_the_engine
     tokens = _PieceTokenizer()
     g = TextStream(tokens, ("</end>",))
     assert "".join(tokens.push(g, p) for p in ["a</e", "x b"]) + g.flush() == "a</ex b" and not g.stopped
+
+
+def test_a_streamed_reply_gives_the_same_calls_however_it_is_cut():
+    import random
+
+    from qvl_agent.server.tools import ToolCallStream, parse_reply
+
+    def call(text: str) -> str:
+        return '<tool_call>\n{"name": "click", "arguments": {"text": "' + text + '"}}\n</tool_call>'
+
+    broken = "<tool_call>\nnot json\n</tool_call>"
+    reply = "Clicking.\n" + call("a <b> here") + "\n" + call("<tool_ and </tool") + " done"
+    rng = random.Random(0)
+    for text in (reply, "plain <tool_ text", broken, "<tool_call>\n{unfinished"):
+        whole_content, whole_calls = parse_reply(text, frozenset({"click"}))
+        for _ in range(30):
+            stream, deltas, i = ToolCallStream(frozenset({"click"})), [], 0
+            while i < len(text):
+                n = rng.randint(1, 9)
+                deltas += stream.push(text[i : i + n])
+                i += n
+            deltas += stream.flush()
+            content = "".join(d.get("content", "") for d in deltas)
+            heads = [d["tool_calls"][0] for d in deltas if "tool_calls" in d and "id" in d["tool_calls"][0]]
+            args = [d["tool_calls"][0]["function"]["arguments"] for d in deltas if "tool_calls" in d]
+            assert [h["function"]["name"] for h in heads] == [c.name for c in whole_calls]
+            assert [a for a in args if a] == [c.arguments for c in whole_calls]
+            if whole_calls:
+                assert content.strip() == (whole_content or "").replace("\n\n", "\n")
+            else:
+                assert content == text == whole_content

@@ -30,7 +30,7 @@ def test_a_run_without_trace_dir_writes_its_trace_under_the_private_home(x_displ
     replies.write_text('["<tool_call>{\\"name\\": \\"computer_use\\", \\"arguments\\": {\\"action\\": \\"terminate\\", '
                        '\\"status\\": \\"success\\"}}</tool_call>"]')  # fmt: skip
     done = run_cli("run", "--engine", f"replay:{replies}", "--dry-run", "Nothing")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr
     trace_dir = done.stderr.rsplit("(trace: ", 1)[1].split(")")[0]
     assert trace_dir.startswith(str(private_home / ".local" / "share" / "qvl-agent" / "runs"))
     assert (private_home / ".local" / "share" / "qvl-agent" / "runs").is_dir()

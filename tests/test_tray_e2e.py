@@ -75,13 +75,14 @@ def type_into(tray: Tray, window: str, text: str, then: str = "Return") -> None:
 
 
 def copied_answer(tray: Tray, expected: str, timeout: float = 20.0) -> str:
-    """Press Copy (Alt+C) until the answer is on the clipboard: it is enabled once the answer is complete."""
+    """Press Copy (Alt+C) until the answer, which begins with `expected`, is on the clipboard: Copy is enabled
+    once the answer is complete."""
     deadline = time.monotonic() + timeout
     text = ""
     while time.monotonic() < deadline:
         xdo(tray.display, "key", "alt+c")
         text = clipboard(tray.display)
-        if text == expected:
+        if text.startswith(expected):
             return text
         time.sleep(0.2)
     return text
@@ -265,6 +266,24 @@ def test_run_a_task_clicks_on_the_desktop_after_showing_the_marker(tray_factory)
     tray.quit()
 
 
+def test_a_dry_run_from_the_tray_says_nothing_was_done_and_lists_what_it_would_have_run(tray_factory):
+    tray = tray_factory(
+        [call("left_click", coordinate=[500, 500]), call("terminate", status="success")],
+        env={"QVL_SAFETY_MODE": "dry-run"},
+    )
+    tray.wait_notice("Ready:")
+    xdo(tray.display, "mousemove", "17", "23")
+    t0 = time.monotonic()
+    give_task(tray, "Click the middle of the screen")
+    said = tray.wait_notice("Dry run finished", "Task done", after=t0)
+    assert "Dry run finished, nothing was clicked or typed" in said and "Task done" not in said, said
+    tray.wait_notice("Would have run (1 action):", after=t0)
+    tray.wait_notice("1. left_click at (500, 500) -> pixel (960, 540)", after=t0)
+    location = xdo(tray.display, "getmouselocation").stdout
+    assert location.startswith("x:17 y:23 "), location  # nothing moved
+    tray.quit()
+
+
 @pytest.mark.browser
 def test_with_a_browser_focused_the_ask_window_offers_a_playwright_script(tray_factory, tmp_path):
     chromium = find_browser()  # found the way the product finds it; none is a failure, not a skip
@@ -380,6 +399,27 @@ def test_settings_open_above_an_ask_window_and_a_recorded_hotkey_works_at_once(t
     wait_gone(tray.display, ASK_TITLE)
     xdo(tray.display, "key", "ctrl+alt+a")
     wait_window(tray.display, ASK_TITLE)
+    tray.quit()
+
+
+def test_settings_saved_with_nothing_changed_say_so_and_write_nothing(tray_factory):
+    tray = tray_factory([REPLY])
+    tray.wait_notice("Ready:")
+    settings_file = tray.config_dir / "config.toml"
+    before = settings_file.read_bytes() if settings_file.exists() else None
+    t0 = time.monotonic()
+    assert tray.cli("tray", "--send", "settings").returncode == 0
+    dialog = wait_window(tray.display, "^qvl-agent settings$")
+    x, y, w, h = geometry(tray.display, dialog)
+    shown = grab(tray.display, x, y, w, h)
+    assert len({pixel for row in shown for pixel in row}) > 5, "the settings dialog is not drawn"
+    xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
+    xdo(tray.display, "key", "Return")  # Save, with every field as it was
+    said = tray.wait_notice("Nothing changed", "Settings saved", after=t0)
+    assert "Nothing changed" in said and "Settings saved" not in said and str(settings_file) in said, said
+    wait_gone(tray.display, "^qvl-agent settings$")
+    after = settings_file.read_bytes() if settings_file.exists() else None
+    assert after == before  # what the notice says is what happened on disk
     tray.quit()
 
 

@@ -146,29 +146,31 @@ def test_do_it_runs_the_agent_with_a_marker_before_the_click(qtbot, rig):
     assert rig.automation.last_report.exists()
 
 
-def test_confirm_mode_asks_and_a_no_stops_the_run_before_anything_happens(qtbot, rig):
+def test_confirm_mode_asks_and_stop_ends_the_run_before_anything_happens(qtbot, rig):
     from PySide6.QtCore import QTimer
-    from PySide6.QtWidgets import QApplication, QMessageBox
+    from PySide6.QtWidgets import QApplication
+
+    from qvl_agent.ui.confirm_dialog import ConfirmDialog
 
     rig.settings = dataclasses.replace(rig.settings, safety_mode="confirm")
     rig.load([call("left_click", coordinate=[250, 250]), call("terminate", status="success")])
     asked = []
 
-    def answer_no():
+    def answer_stop():
         box = QApplication.activeModalWidget()
-        if isinstance(box, QMessageBox):
-            asked.append((box.text(), rig.automation.marker.isVisible()))
-            box.button(QMessageBox.StandardButton.No).click()
+        if isinstance(box, ConfirmDialog):
+            asked.append((box.doing.text(), rig.automation.marker.isVisible()))
+            box.stop.click()
         else:
-            QTimer.singleShot(50, answer_no)
+            QTimer.singleShot(50, answer_stop)
 
-    QTimer.singleShot(50, answer_no)
+    QTimer.singleShot(50, answer_stop)
     with qtbot.waitSignal(rig.automation.finished, timeout=30_000) as done:
         rig.automation.do_it("Click the thing", stripes())
-    assert asked and "left_click" in asked[0][0] and "(80, 50)" in asked[0][0]
-    assert asked[0][1] is True  # the marker shows the target while the person decides
-    # A "no" cancels the task, and says so: it is not reported as a stop.
-    assert done.args[0].startswith("Task cancelled: you declined left_click") and "(80, 50)" in done.args[0]
+    # The action in words, with its pixel; the marker shows the target while the person decides.
+    assert asked == [("It will click at pixel (80, 50).", True)]
+    # Stop cancels the task, and says so: it is not reported as a failure.
+    assert done.args[0] == "Task cancelled: you stopped the run before it would click at pixel (80, 50)."
     assert rig.executors[0].actions == []
 
 

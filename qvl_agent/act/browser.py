@@ -49,6 +49,7 @@ from qvl_agent.playwright.locate import (
     element_state,
     focused,
     is_unique,
+    item_of,
     locate,
     point_on,
     to_playwright,
@@ -155,8 +156,10 @@ class BrowserExecutor:
             confined = {"proxy": {"server": self._proxy.url}} if self._proxy else {}
             args = [*CHROMIUM_ARGS, *(CONFINED_ARGS if self._proxy else ())]
             try:
+                # Ctrl+C is ours: Playwright's own handler would close the browser under the step in flight,
+                # and the run would end as "browser closed" instead of interrupted, with its report.
                 self.browser = self._pw.chromium.launch(
-                    executable_path=self.executable, headless=headless, args=args, **confined
+                    executable_path=self.executable, headless=headless, args=args, handle_sigint=False, **confined
                 )
             except PlaywrightError as exc:
                 why = _first_line(exc)
@@ -547,7 +550,7 @@ class BrowserExecutor:
         that is still there and unique, and short lines of text that appeared after the last click. Checked
         in the live page, so `export` only asserts what holds."""
         self._check_alive()
-        fields, seen = [], set()
+        fields, gone, seen = [], [], set()
         for page, located in reversed(self._touched):
             if page is not self.page:
                 continue  # an element in another tab: the script's end-state checks look at this one
@@ -555,6 +558,13 @@ class BrowserExecutor:
             if key in seen:
                 continue
             seen.add(key)
+            if located.locator.get("kind") == "within":  # the row it acted in: still there, or gone?
+                item = item_of(located.locator)
+                try:
+                    if item not in gone and to_playwright(self.page, item).count() == 0:
+                        gone.append(item)
+                except self._error_type:
+                    pass  # a page in the middle of navigating: no verdict, no check
             state = element_state(located.handle)
             if state and ("value" in state or "checked" in state) and is_unique(self.page, located.locator):
                 fields.append({"locator": located.locator, "state": state})
@@ -572,7 +582,7 @@ class BrowserExecutor:
                         pass
                 if len(new_text) == 3:
                     break
-        final = {"url": self.page.url, "fields": fields[::-1], "new_text": new_text}
+        final = {"url": self.page.url, "fields": fields[::-1], "new_text": new_text, "gone": gone[::-1]}
         if self._tab():
             final["tab"] = self._tab()
         return final

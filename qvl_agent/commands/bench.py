@@ -14,6 +14,13 @@ def register(sub) -> None:
         metavar="MODEL",
         help="model directory or id (default: random weights in the real 2B shape on a GPU, the tiny shape on a CPU)",
     )
+    p.add_argument(
+        "--shape",
+        choices=("tiny", "tiny-4b", "tiny-8b", "2b"),
+        metavar="SHAPE",
+        help="random weights of this shape when no --model: tiny, tiny-4b, tiny-8b (tiny models with what sets "
+        "the 4B and 8B apart) or 2b (default: 2b on a GPU, tiny on a CPU)",
+    )
     p.add_argument("--device", default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--reps", type=int, default=5, metavar="N", help="runs per scenario; medians are reported")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -23,7 +30,9 @@ def register(sub) -> None:
 def run(args, settings) -> int:
     from qvl_agent.devtools import bench
 
-    report = bench.run(args.model, args.device, max(1, args.reps), log=lambda m: print(m, file=sys.stderr))
+    report = bench.run(
+        args.model, args.device, max(1, args.reps), log=lambda m: print(m, file=sys.stderr), shape=args.shape
+    )
     print(bench.format_table(report))
     bench.main_json(report, args.json)
     return 0

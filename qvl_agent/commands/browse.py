@@ -5,8 +5,9 @@
                      [--secret NAME ...] [--allow-domain HOST ...] TASK
 
 The same agent loop and actions as `run`, carried out by Playwright in a fresh Chromium profile
-(headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each click is
-resolved to a locator and recorded in the trace. With --export FILE a successful run is compiled into a
+(headless unless --headed), so nothing on the desktop is touched and no action needs a yes. Each step
+prints the model's one-line reason, then its actions. Each click is resolved to a locator and recorded in
+the trace. With --export FILE a successful run is compiled into a
 standalone Playwright script that replays it without the model (`qvl-agent replay FILE`). --secret NAME: the model
 types {{NAME}}, the browser gets $QVL_SECRET_NAME (the trace and the script never hold it).
 --allow-domain HOST: navigation to any other host (the start URL's host is always allowed) is blocked and
@@ -19,6 +20,8 @@ start page could not be opened, "interrupted" after Ctrl+C.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import sys
 from pathlib import Path
 
@@ -30,6 +33,7 @@ from qvl_agent.cli import (
     add_secret_args,
     check_url,
     end_run_early,
+    notify,
     print_event,
     print_report,
     print_result,
@@ -38,8 +42,9 @@ from qvl_agent.cli import (
     task_and_steps,
 )
 from qvl_agent.config import Settings
-from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import QvlError, UsageError
+from qvl_agent.planner import check_agent_model, open_agent_engine
 from qvl_agent.trace import PLAYWRIGHT_TRACE, TraceWriter, default_trace_dir
 
 
@@ -47,6 +52,12 @@ def register(sub) -> None:
     p = sub.add_parser("browse", help="carry out a task in a browser page", description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True, metavar="URL", help="the page to start on (http://, https:// or file://)")
     add_engine_args(p)
+    p.add_argument(
+        "--planner",
+        metavar="MODEL",
+        help="a model (id or folder, openai:URL or replay:FILE) that says what to do, while --model only says "
+        "where (needed when --model only grounds, e.g. --profile ui-venus-1.5)",
+    )
     p.add_argument("--export", metavar="FILE", help="write a Playwright script replaying a successful run")
     p.add_argument("--headed", action="store_true", help="show the browser window (default: headless)")
     p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels")
@@ -72,15 +83,25 @@ def _check_host(host: str) -> str:
     return host
 
 
+def _print_step(secrets, event) -> None:
+    """The step's lines on the terminal, with the model's reason first; a secret's value in the reason (the
+    model read it off the page) is shown as its placeholder."""
+    if event.kind == "reply":
+        event = dataclasses.replace(event, message=secrets.mask(event.message))
+    print_event(event, reasons=True)
+
+
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
     from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
 
     task = task_and_steps(args, 'qvl-agent browse --url URL "Sign in"')
+    check_engine(settings)  # a missing replay file is bad input, not a run that failed to start
     url = check_url(args.url)
     if args.headed and capture.display_kind() in ("none", "wayland"):  # Chromium's window needs an X display
         raise UsageError("--headed shows the browser window, but there is no display here (DISPLAY is not set): "
                          "run without --headed to browse headless.")  # fmt: skip
+    check_agent_model(settings, args.planner)
     secrets = secrets_from_args(args)
     allowed = [_check_host(host) for host in args.allow_domain]
     viewport = parse_viewport(args.viewport)
@@ -118,7 +139,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             "auto",
             allow_keys=True,
         )
-        with open_engine(settings) as engine:
+        with open_agent_engine(settings, args.planner, notify) as engine:
             agent = Agent(
                 engine,
                 executor,
@@ -126,7 +147,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 trace,
                 max_steps=args.max_steps,
                 prompt_name="browser",
-                on_event=print_event,
+                on_event=functools.partial(_print_step, secrets),
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
             )

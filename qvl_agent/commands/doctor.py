@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from qvl_agent import capture
@@ -25,6 +25,11 @@ from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings, download_command
 
 PROBE_TIMEOUT_S = 30
+# Said with every missing model: a person can try everything but the model's answers before downloading it.
+WITHOUT_WEIGHTS = (
+    "To try qvl-agent without the weights, pass --engine replay:FILE (a JSON array of recorded replies, "
+    "see docs/engine.md#the-replay-engine)."
+)
 REMOTE_TIMEOUT_S = 5  # a model server that takes longer to list its models is as good as down
 
 
@@ -56,6 +61,19 @@ def check_engine(settings: Settings) -> Check:
 
     known = settings.engine == "local" or settings.engine.startswith(("replay:", "openai:"))
     return Check("engine", "ok" if known else "note", describe_engine(settings))
+
+
+def check_profile(settings: Settings) -> Check:
+    """Which model profile grounding will use, and why (qvl-agent models lists them)."""
+    from qvl_agent.profiles import choose
+
+    profile, note = choose(settings.model, settings.profile)
+    if settings.profile:
+        text = f"{profile.name} ({profile.title}), set by --profile or the profile setting"
+    else:
+        text = note.rstrip(".") or f"{profile.name} ({profile.title}), the default model's profile"
+    drives = "it drives run and browse" if profile.drives_agent else "it only grounds: run and browse need --planner"
+    return Check("profile", "ok", f"{text}; {drives}.")
 
 
 def check_display() -> Check:
@@ -167,7 +185,11 @@ def check_model(settings: Settings) -> Check:
     if settings.engine != "local":
         return Check("model", "fail", f"unknown engine {settings.engine!r}.",
                      "use --engine local, replay:FILE or openai:URL (or fix engine in the settings).")  # fmt: skip
-    model = settings.model
+    check = _check_local_model(settings.model)
+    return check if check.level == "ok" else replace(check, fix=f"{check.fix.rstrip('.')}. {WITHOUT_WEIGHTS}")
+
+
+def _check_local_model(model: str) -> Check:
     path = Path(model).expanduser()
     download = f"{download_command(model)}, then set model to DIR"
     if path.is_dir() or model.startswith((".", "/", "~")):
@@ -252,7 +274,7 @@ def check_sandbox() -> Check:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     display = check_display()
-    checks = [check_engine(settings), display]
+    checks = [check_engine(settings), check_profile(settings), display]
     desktop = probe_desktop() if display.level != "fail" else {"error": "no display"}
     checks += [check_tray(desktop), check_gpu(settings), check_model(settings), check_browser(settings)]
     checks.append(check_hotkeys(desktop))

@@ -1,6 +1,6 @@
 """`qvl-agent eval`: accuracy and speed on the standard benchmarks, with any engine.
 
-    qvl-agent eval screenspot DATA [--limit N] [--out DIR] [--engine ...]
+    qvl-agent eval screenspot DATA [--limit N] [--zoom] [--out DIR] [--profile NAME] [--engine ...]
     qvl-agent eval miniwob [--tasks a,b,...] [--episodes N] [--seed S] [--out DIR] [--engine ...]
 
 `screenspot` asks `locate` for every item of a ScreenSpot, ScreenSpot-v2 or ScreenSpot-Pro data set (a
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from qvl_agent.cli import add_engine_args
+from qvl_agent.cli import add_engine_args, notify
 from qvl_agent.config import Settings, replace
 from qvl_agent.engine import open_engine
 from qvl_agent.errors import UsageError
@@ -37,6 +37,18 @@ def register(sub) -> None:
     s.add_argument("--limit", type=int, metavar="N", help="only the first N items")
     s.add_argument("--out", metavar="DIR", help="where results.jsonl and report.html go")
     s.add_argument("--max-pixels", type=int, metavar="N", help="cap on the pixels the model sees")
+    s.add_argument(
+        "--zoom",
+        action="store_true",
+        help="also ask on a crop around each first answer (when the zoom setting says so, always if it is off) "
+        "and report accuracy with and without zoom side by side",
+    )
+    s.add_argument(
+        "--zoom-crop",
+        type=int,
+        metavar="N",
+        help="the crop, in percent of each side (default: the zoom_crop setting, 50)",
+    )
     add_engine_args(s)
     s.set_defaults(func=screenspot)
 
@@ -73,11 +85,14 @@ def screenspot(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be at least 1, not {args.limit}.")
-    settings = replace(settings, max_pixels=args.max_pixels)
+    from qvl_agent.grounding import Zoom
+
+    settings = replace(settings, max_pixels=args.max_pixels, zoom_crop=args.zoom_crop)
+    zoom = Zoom.from_settings(settings, None if settings.zoom != "off" else "always") if args.zoom else None
     items = ss.load_dataset(args.data)[: args.limit]  # bad data fails before a model loads
     out = _out_dir(args.out, "screenspot")
-    with open_engine(settings) as engine:
-        outcomes = ss.evaluate(engine, items, out)
+    with open_engine(settings, notify=notify) as engine:
+        outcomes = ss.evaluate(engine, items, out, zoom=zoom)
         facts = run_facts(settings, engine)
     lines = ss.summarize(outcomes)
     report = ss.write_screenspot_report(out, outcomes, lines, facts=facts)

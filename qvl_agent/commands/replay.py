@@ -1,7 +1,7 @@
 """`qvl-agent replay`: run a saved Playwright script inside the sandbox.
 
     qvl-agent replay [--allow-domain HOST]... [--allow-file PATH]... [--url URL] [-o DIR] [--browser PATH]
-                     [--timeout SECONDS] [--heal [--engine SPEC] [--trace-dir DIR]] SCRIPT.py
+                     [--timeout SECONDS] [--step-timeout SECONDS] [--heal [--engine SPEC] [--trace-dir DIR]] SCRIPT.py
 
 The script (exported by `browse --export`, or written by `qvl-agent playwright`) runs in the same
 bubblewrap sandbox as `playwright --verify` (`playwright.replay`): network only to the origins its first
@@ -56,6 +56,11 @@ def register(sub) -> None:
     p.add_argument("--browser", metavar="PATH", help="Chromium (default: $QVL_BROWSER, or find one)")
     p.add_argument("--timeout", type=float, default=600, metavar="SECONDS", help="end the run after this")
     p.add_argument(
+        "--step-timeout", type=float, metavar="SECONDS",
+        help="how long each step of a script qvl-agent exported waits for its element (passed to it as --timeout; "
+        "default: the script's own, 30)",
+    )  # fmt: skip
+    p.add_argument(
         "--heal", action="store_true",
         help="when a step's locator breaks, ask the model where its element is now, go on, and write SCRIPT.healed.py",
     )  # fmt: skip
@@ -74,6 +79,8 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"{args.script} is not a script file.")
     if not 0 < args.timeout <= 86_400:
         raise UsageError(f"--timeout must be from 0 to 86400 seconds, not {args.timeout:g}.")
+    if args.step_timeout is not None and not 0 < args.step_timeout <= 86_400:
+        raise UsageError(f"--step-timeout must be from 0 to 86400 seconds, not {args.step_timeout:g}.")
     output = Path(args.output) if args.output else None
     if output is not None and (output.exists() or output.is_symlink()):
         raise UsageError(f"{output} already exists: give -o a folder that does not exist yet.")
@@ -91,7 +98,7 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
             result = replay_script(
                 script, browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
                 memory_mb=settings.sandbox_memory_mb, secrets=os.environ, allow_files=args.allow_file,
-                before_start=_print_grant,
+                before_start=_print_grant, step_timeout_s=args.step_timeout,
             )  # fmt: skip
     except BadOrigin as exc:
         raise UsageError(str(exc)) from None
@@ -138,18 +145,20 @@ def _print_grant(grant) -> None:
 
 
 def _heal(args: argparse.Namespace, settings: Settings, script: Path, browser: str, output: Path | None):
+    from qvl_agent.cli import notify
     from qvl_agent.engine import open_engine
-    from qvl_agent.grounding import point_or_click
+    from qvl_agent.grounding import Zoom, point_or_click
     from qvl_agent.scripts.heal.replay import heal_replay
     from qvl_agent.trace import default_trace_dir
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
-    with open_engine(settings) as engine:
+    with open_engine(settings, notify=notify) as engine:
+        ground = functools.partial(point_or_click, engine, zoom=Zoom.from_settings(settings))
         return heal_replay(
-            script, functools.partial(point_or_click, engine), engine_name=engine.name, trace_dir=trace_dir,
+            script, ground, engine_name=engine.name, trace_dir=trace_dir,
             browser=browser, timeout_s=args.timeout, output=output, allow=args.allow_domain, url=args.url,
             memory_mb=settings.sandbox_memory_mb, secrets=os.environ, allow_files=args.allow_file,
-            before_start=_print_grant,
+            before_start=_print_grant, step_timeout_s=args.step_timeout,
         )  # fmt: skip
 
 

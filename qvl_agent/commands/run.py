@@ -10,7 +10,8 @@ done anyway (a point outside the screen, a key this keyboard lacks, a limit) is 
 `--yes` runs without asking, `--dry-run` touches nothing. System key combinations (log out, lock, console
 switch) are asked about even with `--yes` unless `--allow-keys`. The emergency stop hotkey (default
 ctrl+alt+Escape) halts the run at once; `--yes` refuses to start without it. Exit 0 when the model
-ends with success, 1 on failure, stop or a limit, 2 on bad usage or input, 130 on Ctrl+C. Every run
+ends with success, 1 on failure, stop or a limit, 2 on bad usage or input, 3 when a dry run finished
+(status dry_run: nothing was done), 130 on Ctrl+C. Every run
 writes a trace folder with its outcome and report.html (`qvl-agent trace show DIR` prints it), also a run
 that Ctrl+C interrupted.
 """
@@ -18,11 +19,11 @@ that Ctrl+C interrupted.
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
 from qvl_agent import actions as A
+from qvl_agent.act.describe import confirm_question, declined_message
 from qvl_agent.act.desktop import DesktopExecutor
 from qvl_agent.act.dry_run import DryRunExecutor
 from qvl_agent.act.guard import Guard, Pixels, describe_pixels, read_line
@@ -34,6 +35,7 @@ from qvl_agent.cli import (
     add_engine_args,
     add_secret_args,
     end_run_early,
+    notify,
     print_event,
     print_report,
     print_result,
@@ -42,13 +44,13 @@ from qvl_agent.cli import (
     task_and_steps,
 )
 from qvl_agent.config import Settings, hotkey_label
-from qvl_agent.engine import GenerationOptions, open_engine
+from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
+from qvl_agent.planner import check_agent_model, open_agent_engine
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
 
-_TOOL_CALL = re.compile(r"<tool_call>.*?(</tool_call>|$)", re.DOTALL)
 # The capital letter is what Enter (or the end of input) answers: in confirm mode the run ends, as before;
 # under --yes, which asks only about system key combinations, the chord is refused and the model told.
 PROMPTS = {"auto": "Do it? [y/N/q] ", "confirm": "Do it? [y/n/Q] "}
@@ -70,23 +72,20 @@ class TerminalConfirm:
         if event.kind == "reply":
             self._reply = event.message
 
-    def _say_reply(self) -> None:
-        words = _TOOL_CALL.sub("", self._reply or "").strip()
-        self._reply = None
-        if words:
-            text = printable(words, keep="\n").replace("\n", "\n    ")
-            print(f"qvl-agent: the model says:\n    {text}", file=sys.stderr, flush=True)
-
     def __call__(self, action: A.Action, pixels: Pixels, shot: Screenshot) -> bool:
         self.desktop.validate(action)  # a key this keyboard lacks is refused now, not after a "y"
-        self._say_reply()
         stop_chord = self.guard.stop_chord
+        question = confirm_question(action, pixels, self._reply or "", stop_chord)  # as the tray's dialog asks
+        self._reply = None  # the model's words once per reply, before its first action
+        if question.reason:
+            text = printable(question.reason, keep="\n").replace("\n", "\n    ")
+            print(f"qvl-agent: the model says:\n    {text}", file=sys.stderr, flush=True)
         why = system_chord(action.keys, stop_chord) if isinstance(action, A.Key) else ""
-        warning = f" WARNING: a system key combination ({why})." if why else ""
+        warning = f" WARNING: {question.warning}." if question.warning else ""
         marked = bool(pixels) and self.marker is not None and self.marker.show(*pixels[0], A.describe(action))
         where = " (marked on the screen)" if marked else ""
         prompt = PROMPTS.get(self.guard.mode, PROMPTS["confirm"])
-        print(f"qvl-agent: {describe_pixels(action, pixels)}{where}.{warning} {HELP} {prompt}",
+        print(f"qvl-agent: it will {printable(question.doing)}{where}.{warning} {HELP} {prompt}",
               end="", file=sys.stderr, flush=True)  # fmt: skip
         try:
             answer = read_line(sys.stdin if self.stream is None else self.stream, self.guard.switch).strip().lower()
@@ -103,10 +102,7 @@ class TerminalConfirm:
                 raise ActionError(
                     f"{A.describe(action)} was refused: {why}. Reach the goal without system key combinations."
                 )
-            raise ActionError(
-                f"The person declined {A.describe(action)}: do something else, or end the task if there is no "
-                "other way."
-            )
+            raise ActionError(declined_message(action))
         self.guard.stop(f"The person ended the run at: {describe_pixels(action, pixels)}.")
         return False
 
@@ -114,9 +110,17 @@ class TerminalConfirm:
 def register(sub) -> None:
     p = sub.add_parser("run", help="carry out a task on the desktop", description=__doc__.splitlines()[0])
     add_engine_args(p)
+    p.add_argument(
+        "--planner",
+        metavar="MODEL",
+        help="a model (id or folder, openai:URL or replay:FILE) that says what to do, while --model only says "
+        "where (needed when --model only grounds, e.g. --profile ui-venus-1.5)",
+    )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--yes", action="store_true", help="run every action without asking")
-    mode.add_argument("--dry-run", action="store_true", help="show what would be done; touch nothing")
+    mode.add_argument(
+        "--dry-run", action="store_true", help="show what would be done; touch nothing (exit 3 when it finishes)"
+    )
     p.add_argument("--allow-keys", action="store_true", help="press system key combinations without asking")
     p.add_argument("--max-steps", type=int, default=30, metavar="N", help="give up after N steps")
     where = p.add_mutually_exclusive_group()
@@ -138,6 +142,8 @@ def _check_monitor(monitor: int) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     task = task_and_steps(args, 'qvl-agent run "Open the settings"')
+    check_engine(settings)  # a missing replay file is one sentence before anything else happens
+    check_agent_model(settings, args.planner)
     secrets = secrets_from_args(args)
     region = Region.parse(args.region) if args.region else None
     if args.monitor is not None:
@@ -174,7 +180,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if problem and mode == "auto":
             raise UsageError(f"{problem} --yes runs only with a working emergency stop: run without --yes "
                              "to confirm each action.")  # fmt: skip
-        engine = open_engine(settings)  # before the first line below, so a load error is the only line
+        engine = open_agent_engine(
+            settings, args.planner, notify
+        )  # before the first line below, so a load error is the only line
         if dry:
             print("qvl-agent: DRY RUN: nothing will be clicked or typed; each action is only shown.",
                   file=sys.stderr, flush=True)  # fmt: skip

@@ -27,8 +27,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="serve the model over an OpenAI-compatible API with a chat page",
-        description="Serve the resident model over an OpenAI-compatible HTTP API (/v1/chat/completions) "
-        "with a chat page at /.",
+        description=__doc__.splitlines()[0] + " The API is at /v1/chat/completions, the chat page at /.",
     )
     parser.add_argument("--host", default="127.0.0.1", metavar="HOST", help="address to listen on")
     parser.add_argument("--port", type=int, default=8000, metavar="PORT", help="port; 0 picks a free one")
@@ -46,7 +45,8 @@ def register(subparsers) -> None:
         "--max-batch",
         type=int,
         metavar="N",
-        help="requests decoding together in one batched step (1: one at a time; default: the max_batch setting)",
+        help="requests decoding together in one batched step (1: one at a time; default: the max_batch setting, "
+        f"{Settings.max_batch})",
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds per request before 504"

@@ -1,6 +1,7 @@
 """`qvl-agent trace list|show|report`: the runs on disk, one run's trace as text, or its visual report.
 
     qvl-agent trace list [-n N]              recent runs, newest first: folder, start, steps, outcome, task
+                                             (runs made elsewhere, with --trace-dir, by their whole path)
     qvl-agent trace show [DIR]               one run as text (default: the latest run)
     qvl-agent trace report [DIR] [--open]    write DIR/report.html and print its path (default: the latest run)
 
@@ -19,7 +20,7 @@ from qvl_agent.actions import printable
 from qvl_agent.config import Settings
 from qvl_agent.errors import UsageError
 from qvl_agent.report import write_report
-from qvl_agent.trace import is_dry_run, latest_run, read_trace, run_dirs, runs_root, summarize, would_do
+from qvl_agent.trace import all_runs, is_dry_run, latest_run, read_trace, runs_root, summarize, would_do
 
 
 def register(sub) -> None:
@@ -89,7 +90,7 @@ def format_trace(directory) -> str:
             out.append("  timings: " + ", ".join(shown))
     if trace.end:
         e = trace.end
-        dry = " (dry run)" if is_dry_run(trace) else ""
+        dry = " (dry run)" if is_dry_run(trace) and e.get("status") != "dry_run" else ""
         out.append(f"\nend      {e.get('status')}{dry} after {e.get('steps')} steps: {e.get('message', '')}")
         if e.get("answer"):
             out.append(f"answer   {e['answer']}")
@@ -111,13 +112,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def list_runs(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, not {args.limit}.")
-    dirs = run_dirs()
+    dirs = all_runs()
     if not dirs:
         print(f"No runs in {runs_root()} yet.")
         return 0
+    home = runs_root().resolve()
     for d in dirs[: args.limit]:
         s = summarize(d)
-        line = f"{d.name:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome_text:15}  {' '.join(s.task.split())}"
+        where = d.name if d.resolve().parent == home else str(d.resolve())  # elsewhere: the whole path
+        line = f"{where:26} {s.started[:19]:19}  {s.steps:3} steps  {s.outcome_text:15}  {' '.join(s.task.split())}"
         print(printable(line))
     return 0
 

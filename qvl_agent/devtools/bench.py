@@ -199,6 +199,46 @@ def _forced(engine, reply: str) -> GenerationOptions:
     return GenerationOptions(max_new_tokens=len(ids), min_new_tokens=len(ids) - 1, force_ids=ids)
 
 
+ZOOM_SCREENS = ((1920, 1080), (3840, 2160))
+CLICK = _CALL + '"left_click", "coordinate": [512, 384]}}\n</tool_call>'
+
+
+def zoom_costs(engine, reps: int) -> list[dict]:
+    """Milliseconds per click of grounding, one pass and with the zoom-in pass (a crop of half of each side
+    around the first point, new vision features), by screen: Qwen3-VL's grounding prompt, each answer forced
+    to the same tool call. Medians of `reps` after one run that sets up each size."""
+    from qvl_agent.grounding import system_prompt, user_text
+    from qvl_agent.image import zoom_region
+
+    rows = []
+    for width, height in ZOOM_SCREENS:
+        one, zoom = [], []
+        for i in range(reps + 1):
+            shot = ui_screenshot(2000 + i, width, height)
+            crop = shot.crop(zoom_region(512, 384, shot, 0.5))
+            took = []
+            for image in (shot, crop):
+                session = engine.open_session(system=system_prompt())
+                start = time.perf_counter()
+                session.complete(user_text("the Save button"), [image], _forced(engine, CLICK))
+                took.append((time.perf_counter() - start) * 1000)
+                session.close()
+            if i:
+                one.append(took[0])
+                zoom.append(took[1])
+        first, second = statistics.median(one), statistics.median(zoom)
+        rows.append(
+            {
+                "screen": f"{width}x{height}",
+                "crop": f"{crop.width}x{crop.height}",
+                "one_pass_ms": round(first, 2),
+                "zoom_pass_ms": round(second, 2),
+                "per_click_with_zoom_ms": round(first + second, 2),
+            }
+        )
+    return rows
+
+
 def results_prompt_overhead(engine) -> int:
     """Prompt tokens of QUESTION without an image (so prompt - this = visual tokens + 2 markers)."""
     session = engine.open_session()
@@ -212,7 +252,7 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     from qvl_agent.devtools import tiny_model as mf
 
     processor = mf.build_processor()
-    config = {"tiny": mf.tiny_config, "2b": mf.qwen3vl_2b_config}[shape](processor.tokenizer)
+    config = mf.SHAPES[shape](processor.tokenizer)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
@@ -225,14 +265,16 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     return path
 
 
-def run(model: str | None, device: str, reps: int, log=print) -> dict:
+def run(model: str | None, device: str, reps: int, log=print, shape: str | None = None) -> dict:
+    """`shape` (random weights when no `model`): a key of tiny_model.SHAPES; default the real 2B shape on a
+    GPU, the tiny one on a CPU."""
     dev = pick_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     tmp = None
     if model is None:
         tmp = tempfile.TemporaryDirectory(prefix="qvl-bench-")
-        shape = "2b" if dev.type == "cuda" else "tiny"
+        shape = shape or ("2b" if dev.type == "cuda" else "tiny")
         log(f"building a random Qwen3-VL ({shape} shape) in {tmp.name}")
         model = str(build_model_dir(shape, Path(tmp.name), dev))
     results: dict[str, Result] = {}
@@ -396,9 +438,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
     report = {
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "model": "random weights, " + ("Qwen3-VL-2B shape" if tmp and dev.type == "cuda" else "tiny shape")
-        if tmp
-        else model,
+        "model": f"random weights, {'Qwen3-VL-2B' if shape == '2b' else shape} shape" if tmp else model,
         "cuda_graphs": bool(engine.fast),
         "cuda_graphs_problem": engine.fast_problem,
         "decode_path": engine.compile_status,
@@ -407,6 +447,7 @@ def run(model: str | None, device: str, reps: int, log=print) -> dict:
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "rows": [r.row() for r in results.values()],
         "screens": screens,
+        "zoom": zoom_costs(engine, reps),
         "greedy_tokens_agreeing_with_generate": f"{agree}/{len(ref_ids)}",
         "first_token_max_abs_logit_diff": round(logit_diff, 5),
         "first_token_logit_scale": round(ref_logits.abs().max().item(), 3),
@@ -438,6 +479,12 @@ def format_table(report: dict) -> str:
     lines.append(f"{'screen':12} {'visual tokens':>14} {'first token':>12} {'vision tower':>13}")
     for r in report.get("screens", []):
         lines.append(f"{r['screen']:12} {r['visual_tokens']:>14} {r['first_token_ms']:>9} ms {r['vision_ms']:>10} ms")
+    lines.append(f"{'grounding per click':20} {'crop':>10} {'one pass':>10} {'zoom pass':>10} {'with zoom':>10}")
+    for r in report.get("zoom", []):
+        lines.append(
+            f"{r['screen']:20} {r['crop']:>10} {r['one_pass_ms']:>7} ms {r['zoom_pass_ms']:>7} ms "
+            f"{r['per_click_with_zoom_ms']:>7} ms"
+        )
     if report["peak_gpu_memory_gib"] is not None:
         lines.append(f"peak GPU memory: {report['peak_gpu_memory_gib']} GiB")
     return "\n".join(lines)

@@ -3,7 +3,7 @@ and the real 2B shape the benchmark times (latency does not depend on the weight
 
 Everything here is saved with `save_pretrained` and loaded back through the same code path as real
 weights (`Qwen3VLEngine.load`). The tokenizer is a byte-level BPE trained on a small built-in corpus and
-carries Qwen's special tokens; the chat template is a Qwen3-VL look-alike with image and tool support.
+carries Qwen's special tokens; the chat template is Qwen3-VL's own, less video.
 Real weights bring the official tokenizer and template instead.
 """
 
@@ -31,41 +31,81 @@ SPECIAL_TOKENS = [
 # Not special in Qwen's vocabulary (they must survive skip_special_tokens), but single tokens.
 ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 
-# A Qwen3-VL-style template: system (+ tools), user turns with images, assistant turns, tool responses.
-CHAT_TEMPLATE = (
-    # HF renders templates with trim_blocks: a newline right after a block tag is dropped, so every
-    # newline that follows a tag is written as an expression.
-    "{% macro render(content) %}"
-    "{% if content is string %}{{ content }}"
-    "{% else %}{% for part in content %}"
-    "{% if part.type == 'image' or 'image' in part or 'image_url' in part %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part.type == 'text' %}{{ part.text }}{% endif %}"
-    "{% endfor %}{% endif %}"
-    "{% endmacro %}"
-    "{% if tools %}"
-    "<|im_start|>system{{ '\\n' }}"
-    "{% if messages[0].role == 'system' %}{{ render(messages[0].content) + '\\n\\n' }}{% endif %}"
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-    "{% for tool in tools %}{{ '\\n' + (tool | tojson) }}{% endfor %}"
-    "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name and arguments "
-    'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-    "<args-json-object>}\n</tool_call><|im_end|>\n"
-    "{% elif messages[0].role == 'system' %}"
-    "<|im_start|>system{{ '\\n' + render(messages[0].content) }}<|im_end|>\n"
-    "{% endif %}"
-    "{% for message in messages %}"
-    "{% if message.role == 'system' and loop.first %}"
-    "{% elif message.role == 'tool' %}"
-    "<|im_start|>user{{ '\\n' }}<tool_response>{{ '\\n' + render(message.content) + '\\n' }}"
-    "</tool_response><|im_end|>{{ '\\n' }}"
-    "{% else %}"
-    "<|im_start|>{{ message.role + '\\n' + render(message.content) }}<|im_end|>{{ '\\n' }}"
-    "{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}{% endif %}"
-)
+# Qwen3-VL-2B-Instruct's own chat template (its chat_template.json), less video and the optional
+# "Picture N:" labels: the system prompt with the tools in hermes form, user turns with images, assistant
+# turns with their tool calls, and consecutive tool results joined in one user turn.
+CHAT_TEMPLATE = """\
+{%- macro render(content) -%}
+    {%- if content is string -%}
+        {{- content -}}
+    {%- else -%}
+        {%- for part in content -%}
+            {%- if part.type == 'image' or 'image' in part or 'image_url' in part -%}
+                {{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
+            {%- elif 'text' in part -%}
+                {{- part.text -}}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- endif -%}
+{%- endmacro -%}
+{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- render(messages[0].content) + '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with \
+function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within \
+<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": \
+<args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0].role == 'system' %}
+        {{- '<|im_start|>system\\n' + render(messages[0].content) + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if message.role == "user" %}
+        {{- '<|im_start|>' + message.role + '\\n' + render(message.content) + '<|im_end|>\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role + '\\n' + render(message.content) }}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and message.content) or (not loop.first) %}
+                    {{- '\\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\\n{"name": "' }}
+                {{- tool_call.name }}
+                {{- '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' + render(message.content) + '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
 
 _CORPUS = """\
 The screen shows a window with a title bar, a menu, buttons and text fields. Click the button labelled OK.
@@ -149,9 +189,9 @@ def _token_ids(tokenizer) -> dict:
     }
 
 
-def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int], **extra):
+def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int], tied: bool = True, **extra):
     """A Qwen3-VL config with the parts every shape shares: interleaved M-RoPE at theta 5e6, patch 16,
-    merge 2, T=2, tied embeddings, and this tokenizer's special-token ids."""
+    merge 2, T=2, and this tokenizer's special-token ids; embeddings tied (2B, 4B) or not (8B)."""
     from transformers import Qwen3VLConfig
 
     ids = _token_ids(tokenizer)
@@ -170,7 +210,7 @@ def _qwen3vl_config(tokenizer, text: dict, vision: dict, mrope_section: list[int
         video_token_id=ids["video_token_id"],
         vision_start_token_id=ids["vision_start_token_id"],
         vision_end_token_id=ids["vision_end_token_id"],
-        tie_word_embeddings=True,
+        tie_word_embeddings=tied,
         **extra,
     )
 
@@ -192,6 +232,46 @@ def tiny_config(tokenizer):
     )  # fmt: skip
 
 
+def tiny_4b_config(tokenizer):
+    """The tiny model with what sets the 4B apart from the 2B: more layers, a wider text model than the
+    vision tower's output would be in the 2B, four query heads per KV head. Tied embeddings, as the 4B."""
+    return _qwen3vl_config(
+        tokenizer,
+        text=dict(
+            vocab_size=len(tokenizer), hidden_size=80, intermediate_size=160, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+            initializer_range=0.3,
+        ),
+        vision=dict(
+            depth=3, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=80,
+            num_position_embeddings=256, deepstack_visual_indexes=[0, 1, 2], initializer_range=0.3,
+        ),
+        mrope_section=[4, 2, 2],
+    )  # fmt: skip
+
+
+def tiny_8b_config(tokenizer):
+    """The tiny model with what sets the 8B apart: an untied output head, a wider vision tower with its own
+    head count, DeepStack taps deeper in it, four query heads per KV head."""
+    return _qwen3vl_config(
+        tokenizer,
+        text=dict(
+            vocab_size=len(tokenizer), hidden_size=96, intermediate_size=192, num_hidden_layers=3,
+            num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=32768,
+            initializer_range=0.3,
+        ),
+        vision=dict(
+            depth=4, hidden_size=48, intermediate_size=96, num_heads=3, out_hidden_size=96,
+            num_position_embeddings=256, deepstack_visual_indexes=[1, 2, 3], initializer_range=0.3,
+        ),
+        mrope_section=[4, 2, 2],
+        tied=False,
+    )  # fmt: skip
+
+
+SHAPES = {"tiny": tiny_config, "tiny-4b": tiny_4b_config, "tiny-8b": tiny_8b_config}  # the 2B's added below
+
+
 def qwen3vl_2b_config(tokenizer):
     """The real Qwen3-VL-2B-Instruct shape (DESIGN.md), with this tokenizer's special-token ids."""
     return _qwen3vl_config(
@@ -210,8 +290,11 @@ def qwen3vl_2b_config(tokenizer):
     )  # fmt: skip
 
 
+SHAPES["2b"] = qwen3vl_2b_config
+
+
 def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> Path:
-    """Build a random Qwen3-VL of `shape` ("tiny" or "2b") and save model + processor to `path`."""
+    """Build a random Qwen3-VL of `shape` (a key of SHAPES) and save model + processor to `path`."""
     import torch
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
@@ -219,7 +302,7 @@ def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> P
     hf_logging.disable_progress_bar()
     path = Path(path)
     processor = build_processor()
-    config = {"tiny": tiny_config, "2b": qwen3vl_2b_config}[shape](processor.tokenizer)
+    config = SHAPES[shape](processor.tokenizer)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config)
     ids = _token_ids(processor.tokenizer)

@@ -3,19 +3,46 @@
 local          the Qwen3-VL model on this machine (transformers), `--model` id or directory
 replay:FILE    recorded replies from a JSON array of strings (tests, demos)
 openai:URL     any OpenAI-compatible server (qvl-agent serve, vLLM, SGLang)
+
+Every engine carries the model profile (`engine.profile`) that grounding asks and reads with: the one
+the `profile` setting names, else the one `--model`'s own files (or name) point to. The local engine
+also takes the profile's pixel budget when it is below the max_pixels setting.
 """
 
 from __future__ import annotations
 
-from qvl_agent.config import Settings
+from collections.abc import Callable
+
+from qvl_agent.config import Settings, replace
 from qvl_agent.engine.base import STATS_KEYS, Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import UsageError
 
-__all__ = ["Engine", "GenerationOptions", "STATS_KEYS", "Session", "TurnStats", "describe_engine", "open_engine"]
+__all__ = [
+    "Engine",
+    "GenerationOptions",
+    "STATS_KEYS",
+    "Session",
+    "TurnStats",
+    "check_engine",
+    "describe_engine",
+    "open_engine",
+]
 
 
-def open_engine(settings: Settings, spec: str | None = None) -> Engine:
-    """Build the engine named by `spec` (default `settings.engine`). Loading a model can take a while."""
+def open_engine(settings: Settings, spec: str | None = None, notify: Callable[[str], None] | None = None) -> Engine:
+    """Build the engine named by `spec` (default `settings.engine`). Loading a model can take a while.
+    `notify` gets one line saying which model profile was chosen, when it was chosen from the model."""
+    from qvl_agent.profiles import choose
+
+    profile, note = choose(settings.model, settings.profile)
+    if note and notify is not None:
+        notify(note)
+    engine = _build(replace(settings, max_pixels=min(settings.max_pixels, profile.max_pixels)), spec)
+    engine.profile = profile
+    return engine
+
+
+def _build(settings: Settings, spec: str | None) -> Engine:
     spec = spec or settings.engine
     if spec == "local":
         from qvl_agent.engine.qwen3vl import Qwen3VLEngine
@@ -30,6 +57,19 @@ def open_engine(settings: Settings, spec: str | None = None) -> Engine:
 
         return RemoteEngine(spec.removeprefix("openai:"), api_key=settings.api_key, model=settings.model)
     raise UsageError(f"Unknown engine {spec!r}: use local, replay:FILE or openai:URL.")
+
+
+def check_engine(settings: Settings) -> None:
+    """What can be told about the engine in milliseconds, without loading a model: a replay file that is
+    missing or holds no replies, an engine kind qvl-agent does not know. Commands call it before they make
+    a run folder, so bad input is one sentence and no "failed to start" run."""
+    spec = settings.engine
+    if spec.startswith("replay:"):
+        from qvl_agent.engine.replay import ReplayEngine
+
+        ReplayEngine.from_file(spec.removeprefix("replay:"))
+    elif spec != "local" and not spec.startswith("openai:"):
+        raise UsageError(f"Unknown engine {spec!r}: use local, replay:FILE or openai:URL.")
 
 
 def describe_engine(settings: Settings, engine: Engine | None = None) -> str:

@@ -75,11 +75,15 @@ class GenerationOptions:
     top_p: float = 1.0
     top_k: int = 0  # 0 means no top-k cut
     presence_penalty: float = 0.0  # subtracted once from the logit of every token already generated
+    frequency_penalty: float = 0.0  # subtracted from each such logit once per time the token was generated
     stop: tuple[str, ...] = ()
     min_new_tokens: int = 0  # benchmarks force fixed lengths; nobody else should need this
     # Benchmarks force a reply (random weights never write a tool call) to time how it decodes: token i
     # is force_ids[i] instead of the model's choice. Nobody else should need this.
     force_ids: tuple[int, ...] = ()
+    # The reply begins with this text, written for the model, which goes on from there (an API client's
+    # tool_choice: the opening of a call). Only engines whose `writes_reply_prefix` is true honour it.
+    reply_prefix: str = ""
 
     def __post_init__(self) -> None:
         # A temperature this small picks the top token every time, but dividing logits by it overflows to
@@ -115,6 +119,9 @@ class Session(ABC):
         self.system = system
         self.tools = tools
         self.pending_images: tuple[Screenshot, ...] = tuple(images)  # shown with the first question
+        # A model profile's input order: True puts each user turn's text before its images (MAI-UI was
+        # trained that way); every backend builds its messages in this order.
+        self.text_first = False
         self.turns: list[Turn] = []
         self.last_stats: TurnStats | None = None
         self._cancel = threading.Event()
@@ -125,7 +132,7 @@ class Session(ABC):
         images: Sequence[Screenshot] = (),
         options: GenerationOptions | None = None,
     ) -> Iterator[str]:
-        """Stream the reply to `text` (plus `images`, shown before the text) as text pieces.
+        """Stream the reply to `text` (plus `images`, shown before the text unless `text_first`) as text pieces.
 
         The turn starts now: a `cancel()` from this point on stops it, even before the first piece is
         read. A turn that ends, is cancelled or is abandoned by its reader joins the history; one that
@@ -186,6 +193,8 @@ class Engine(ABC):
     """A resident model. `name` identifies what answers (model id, server URL or replay file)."""
 
     name: str = "engine"
+    writes_reply_prefix: bool = False  # whether `GenerationOptions.reply_prefix` is honoured
+    profile = None  # the model profile grounding asks and reads with (qvl_agent.profiles); open_engine sets it
 
     @abstractmethod
     def open_session(
@@ -211,3 +220,7 @@ class Request:
     system: str | None
     text: str
     image_hashes: list[str] = field(default_factory=list)
+    tools: list | None = None  # the tool definitions the session shows the model
+    history: list[tuple[str, str]] = field(default_factory=list)  # (user text, reply) of earlier turns
+    image_sizes: list[tuple[int, int]] = field(default_factory=list)  # width, height of each image sent
+    text_first: bool = False  # the text went before the images

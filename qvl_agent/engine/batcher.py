@@ -308,7 +308,13 @@ class Batcher:
                 seen = torch.tensor(t.generated, device=logits.device, dtype=torch.long)
                 row = logits[t.row.index : t.row.index + 1]
                 sample = select_token(
-                    row, o.temperature, o.top_p, top_k=o.top_k, presence_penalty=o.presence_penalty, seen=seen
+                    row,
+                    o.temperature,
+                    o.top_p,
+                    top_k=o.top_k,
+                    presence_penalty=o.presence_penalty,
+                    frequency_penalty=o.frequency_penalty,
+                    seen=seen,
                 )
                 token = int(sample)
             else:

@@ -13,17 +13,23 @@ def select_token(
     top_k: int = 0,
     presence_penalty: float = 0.0,
     seen: torch.Tensor | None = None,
+    frequency_penalty: float = 0.0,
 ) -> torch.Tensor:
     """`logits [1, V]` -> `[1, 1]` token on the same device: argmax when temperature is 0, else
-    sampling with (in this order) a presence penalty on the ids in `seen [n]` (the reply so far), the
-    temperature, a top-k cut and a nucleus (top-p) cut; 0 turns each of top_k and presence_penalty off.
+    sampling with (in this order) presence and frequency penalties on the ids in `seen [n]` (the reply
+    so far; OpenAI's definitions: once per token seen, and once per time it was seen), the temperature,
+    a top-k cut and a nucleus (top-p) cut; 0 turns each of top_k and the penalties off.
     Stays on the device; the caller decides when to synchronise."""
     if temperature <= 0:
         return logits.argmax(dim=-1, keepdim=True)
     logits = logits.float()
-    if presence_penalty and seen is not None and seen.numel():
+    if (presence_penalty or frequency_penalty) and seen is not None and seen.numel():
         logits = logits.clone()
-        logits[:, seen.unique()] -= presence_penalty
+        if presence_penalty:
+            logits[:, seen.unique()] -= presence_penalty
+        if frequency_penalty:
+            counts = torch.bincount(seen, minlength=logits.shape[-1])[: logits.shape[-1]]  # [V]
+            logits -= frequency_penalty * counts.to(logits.dtype)
     logits = logits / temperature
     if 0 < top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]

@@ -18,6 +18,7 @@ next turn runs it), and an end token the template never renders is recorded as t
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 
@@ -68,10 +69,10 @@ class LocalSession(Session):
             messages.append({"role": "system", "content": self.system})
         order: list[Screenshot] = []
         for turn in self.turns:
-            messages.append(_user(turn.text, turn.images))
+            messages.append(_user(turn.text, turn.images, self.text_first))
             order.extend(turn.images)
             messages.append({"role": "assistant", "content": [{"type": "text", "text": turn.reply}]})
-        messages.append(_user(text, images))
+        messages.append(_user(text, images, self.text_first))
         order.extend(images)
         return messages, order
 
@@ -268,6 +269,7 @@ class LocalSession(Session):
                         options.top_p,
                         top_k=options.top_k,
                         presence_penalty=options.presence_penalty,
+                        frequency_penalty=options.frequency_penalty,
                         seen=seen,
                     )
                 )
@@ -290,6 +292,9 @@ class LocalSession(Session):
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         e = self.engine
         batcher = e.batcher
+        if options.reply_prefix and not options.force_ids:  # every decode path honours forced tokens
+            prefix = e.tokenizer.encode(options.reply_prefix, add_special_tokens=False)
+            options = dataclasses.replace(options, force_ids=tuple(prefix))
         # Join the batch when the model is busy with other turns (a lone turn keeps the single-stream
         # path); never when this thread's own unfinished turn holds the model, which would wait for itself.
         # A batch thread that still holds the model after its last turn ended is about to let go.
@@ -430,6 +435,8 @@ class LocalSession(Session):
         worker thread while the person types, then `ask` as usual, which waits for it if needed. A
         cancel, a failure or a different next question only cost the work; the answer is the same."""
         self.pending_images = self.pending_images + tuple(images)
+        if self.text_first:
+            return  # the images come after the question's text: nothing before it to get ready
         e = self.engine
         with e.lock:
             target, shots = self._target("", self.pending_images, upto_question=True)
@@ -442,7 +449,8 @@ class LocalSession(Session):
             e._sync()  # done means done: the question then waits for nothing
 
 
-def _user(text: str, images: Sequence[Screenshot]) -> dict:
-    content = [{"type": "image"} for _ in images]
-    content.append({"type": "text", "text": text})
+def _user(text: str, images: Sequence[Screenshot], text_first: bool = False) -> dict:
+    content: list[dict] = [{"type": "image"} for _ in images]
+    question = {"type": "text", "text": text}
+    content = [question, *content] if text_first else [*content, question]
     return {"role": "user", "content": content}

@@ -115,6 +115,8 @@ def _load_pretrained(model_id: str, dtype: torch.dtype):
 
 
 class Qwen3VLEngine(Engine):
+    writes_reply_prefix = True  # as forced tokens (`LocalSession`)
+
     def __init__(self, model, processor, name: str = "qwen3-vl", settings: Settings | None = None):
         self.settings = settings or Settings()
         self.model = model.eval()

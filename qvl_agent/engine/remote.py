@@ -3,7 +3,9 @@
 `RemoteEngine(url, api_key, model)` keeps the Engine/Session contract of `engine/base.py`: a session
 remembers its turns locally and sends the whole conversation with each `ask` (the API is stateless),
 images as base64 PNG data URLs, and streams the reply through the official `openai` client (its
-retries with backoff, its timeouts); `top_k` and `presence_penalty` go in the body only when set.
+retries with backoff, its timeouts); `top_k` and the penalties go in the body only when set.
+A session's `tools` are sent too; a server that returns the model's calls as `tool_calls` (vLLM's
+hermes parser, our own server) has them turned back into the model's `<tool_call>` text.
 Servers that reuse prefixes by content (ours matches pooled sessions; vLLM and SGLang have prefix
 caches) then prefill only the new tokens.
 Stats come from the stream: time to first token is measured here; token counts come from the usage
@@ -159,8 +161,8 @@ class RemoteSession(Session):
         if not images:
             return text
         parts: list[dict] = [{"type": "image_url", "image_url": {"url": self.engine.image_url(im)}} for im in images]
-        parts.append({"type": "text", "text": text})
-        return parts
+        question = {"type": "text", "text": text}
+        return [question, *parts] if self.text_first else [*parts, question]
 
     def messages(self, text: str, images: Sequence[Screenshot]) -> list[dict]:
         """The whole conversation as OpenAI messages, ending with the new user turn."""
@@ -180,6 +182,8 @@ class RemoteSession(Session):
             extra["top_k"] = options.top_k  # vLLM's and SGLang's extension (and ours)
         if options.presence_penalty != 0:
             extra["presence_penalty"] = options.presence_penalty
+        if options.frequency_penalty != 0:
+            extra["frequency_penalty"] = options.frequency_penalty
         if options.min_new_tokens:
             extra["min_tokens"] = options.min_new_tokens  # vLLM's extension; others ignore it
         kwargs = {
@@ -193,6 +197,8 @@ class RemoteSession(Session):
         }
         if options.stop:
             kwargs["stop"] = list(options.stop)
+        if self.tools:
+            kwargs["tools"] = self.tools
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
@@ -206,6 +212,7 @@ class RemoteSession(Session):
         pieces = 0
         usage: dict = {}
         qvl: dict = {}
+        calls: dict[int, list[str]] = {}  # index -> [name, arguments], from a server that parses tool calls
         try:
             self._stream = stream = engine.client.chat.completions.create(**kwargs)
             if self.cancelled:
@@ -223,6 +230,13 @@ class RemoteSession(Session):
                         first = first or last
                         pieces += 1
                         yield piece
+                    for call in (choice.delta.tool_calls if choice.delta else None) or ():
+                        last = time.perf_counter()
+                        first = first or last
+                        _gather(calls, call)
+            for i, (name, arguments) in enumerate(calls.values()):
+                # The calls as the model wrote them, so the session's history and its reader see its text.
+                yield ("\n" if i or pieces else "") + tool_call_text(name, arguments or "{}")
         except openai.APIError as exc:
             if self.cancelled:
                 raise GenerationCancelled("The answer was stopped.") from None
@@ -237,6 +251,19 @@ class RemoteSession(Session):
                 stream.close()
         end = time.perf_counter()
         self.last_stats = _stats(start, first, last, end, pieces, usage, qvl, images)
+
+
+def tool_call_text(name: str, arguments: str) -> str:
+    """One tool call in Qwen3-VL's own format, as its chat template renders an assistant's call."""
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+def _gather(calls: dict[int, list[str]], delta) -> None:
+    """Add a streamed `delta.tool_calls` item to the calls, joined by index as OpenAI clients join them."""
+    slot = calls.setdefault(delta.index if delta.index is not None else len(calls), ["", ""])
+    if delta.function is not None:
+        slot[0] += delta.function.name or ""
+        slot[1] += delta.function.arguments or ""
 
 
 def _decode_rate(decoded: int, first: float | None, last: float | None, qvl: dict) -> float:

@@ -64,7 +64,18 @@ class ReplaySession(Session):
 
     def _generate(self, text: str, images: tuple[Screenshot, ...], options: GenerationOptions) -> Iterator[str]:
         start = time.perf_counter()
-        self.engine.requests.append(Request(self.id, self.system, text, [im.content_hash for im in images]))
+        self.engine.requests.append(
+            Request(
+                self.id,
+                self.system,
+                text,
+                [im.content_hash for im in images],
+                tools=self.tools,
+                history=[(t.text, t.reply) for t in self.turns],
+                image_sizes=[im.size for im in images],
+                text_first=self.text_first,
+            )
+        )
         reply = self.engine.next_reply()
         pieces = _pieces(reply)
         first = None

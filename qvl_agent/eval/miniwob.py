@@ -279,7 +279,7 @@ def write_miniwob_report(
 ) -> Path:
     per_episode = [
         (ep.task, ep.episode, ep.seed, ep.utterance, "yes" if ep.success else "no", ep.reward, ep.steps, ep.status)
-        for ep in episodes
+        for ep in sorted(episodes, key=lambda ep: ep.success)  # failures first: what a person looks for
     ]
     sections = [
         ("Tasks", table(("task", "episodes", "success", "steps (mean)", "ms per step (mean)"), rows)),

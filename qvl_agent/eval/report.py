@@ -38,6 +38,7 @@ def run_facts(settings, engine) -> list[tuple[str, str]]:
     return [
         ("model", model),
         ("engine", describe_engine(settings, engine)),
+        *([("profile", engine.profile.name)] if getattr(engine, "profile", None) is not None else []),
         ("date", datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")),
         ("qvl-agent", __version__),
     ]

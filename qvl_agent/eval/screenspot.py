@@ -35,7 +35,7 @@ from qvl_agent.actions import printable
 from qvl_agent.engine.base import Engine
 from qvl_agent.errors import ParseError, UsageError
 from qvl_agent.eval.report import ResultsWriter, latency_line, rate, table, write_report
-from qvl_agent.grounding import ask, grounded
+from qvl_agent.grounding import GroundedPoint, Zoom, ask, grounded, profile_of, wants_zoom, zoom_in
 from qvl_agent.image import GRID, load_image
 
 LAYOUT_V2 = "ScreenSpot/v2"
@@ -229,10 +229,31 @@ class Outcome:
     ms: float
     reply: str
     error: str = ""
+    # With --zoom: the first (whole-screen) pass on its own, so one run gives both figures side by side.
+    single_hit: bool | None = None
+    single_ms: float | None = None
 
 
-def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) -> list[Outcome]:
-    """Ask for every item in order; each outcome goes to `out/results.jsonl` as soon as it is known."""
+def _hit(item: Item, found: GroundedPoint, shot) -> bool:
+    # The hit is judged on the unrounded point, as the public evaluations judge it.
+    return item.contains(found.model_x * shot.width / GRID, found.model_y * shot.height / GRID)
+
+
+def _zoomed(engine, item: Item, shot, first: GroundedPoint, zoom: Zoom) -> Outcome:
+    single = _hit(item, first, shot)
+    if not wants_zoom(engine, shot, item.instruction, first, zoom, profile_of(engine)):
+        return Outcome(item, (first.x, first.y), (first.model_x, first.model_y), single, first.ms, first.reply,
+                       single_hit=single, single_ms=first.ms)  # fmt: skip
+    found = zoom_in(engine, shot, item.instruction, first, zoom)
+    return Outcome(item, (found.x, found.y), (found.model_x, found.model_y), _hit(item, found, shot), found.ms,
+                   found.reply, single_hit=single, single_ms=first.ms)  # fmt: skip
+
+
+def evaluate(
+    engine: Engine, items: list[Item], out: Path, progress=sys.stderr, zoom: Zoom | None = None
+) -> list[Outcome]:
+    """Ask for every item in order; each outcome goes to `out/results.jsonl` as soon as it is known.
+    With `zoom`, each item also records the first pass's own hit and time (`single_hit`, `single_ms`)."""
     writer = ResultsWriter(out)
     outcomes: list[Outcome] = []
     try:
@@ -240,13 +261,15 @@ def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) 
             shot = load_image(item.image)
             reply, ms = ask(engine, shot, item.instruction)
             try:
-                found = grounded(reply, ms, shot)
-                point, model_point = (found.x, found.y), (found.model_x, found.model_y)
-                # The hit is judged on the unrounded point, as the public evaluations judge it.
-                hit = item.contains(found.model_x * shot.width / GRID, found.model_y * shot.height / GRID)
-                outcome = Outcome(item, point, model_point, hit, ms, reply)
+                found = grounded(reply, ms, shot, profile_of(engine))
+                if zoom is not None:
+                    outcome = _zoomed(engine, item, shot, found, zoom)
+                else:
+                    point, model_point = (found.x, found.y), (found.model_x, found.model_y)
+                    outcome = Outcome(item, point, model_point, _hit(item, found, shot), ms, reply)
             except ParseError as exc:  # a reply without a point is a miss, not the end of the run
-                outcome = Outcome(item, None, None, False, ms, reply, str(exc))
+                single = (False, ms) if zoom is not None else (None, None)
+                outcome = Outcome(item, None, None, False, ms, reply, str(exc), *single)
             outcomes.append(outcome)
             writer.write(
                 {
@@ -260,6 +283,11 @@ def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) 
                     "image": str(item.image),
                     **item.splits,
                     **({"error": outcome.error} if outcome.error else {}),
+                    **(
+                        {"single_hit": outcome.single_hit, "single_ms": round(outcome.single_ms, 1)}
+                        if outcome.single_hit is not None
+                        else {}
+                    ),
                 }
             )
             if progress is not None and (n % 25 == 0 or n == len(items)):
@@ -271,20 +299,31 @@ def evaluate(engine: Engine, items: list[Item], out: Path, progress=sys.stderr) 
 
 
 def summarize(outcomes: list[Outcome]) -> list[str]:
-    """The lines printed and put at the top of the report: overall, per split, latency."""
-    hits = sum(o.hit for o in outcomes)
+    """The lines printed and put at the top of the report: overall, per split, latency. A zoomed run
+    shows each figure with zoom and without it (its first pass) side by side."""
     layouts = sorted({o.item.layout for o in outcomes})
-    lines = [f"ScreenSpot ({', '.join(layouts)}): accuracy {rate(hits, len(outcomes))}"]
-    by: dict[tuple[str, str], list[bool]] = defaultdict(list)
+    zoomed = bool(outcomes) and all(o.single_hit is not None for o in outcomes)
+
+    def figure(group: list[Outcome]) -> str:
+        with_zoom = rate(sum(o.hit for o in group), len(group))
+        return f"{with_zoom} with zoom, {rate(sum(bool(o.single_hit) for o in group), len(group))} without" if (
+            zoomed) else with_zoom  # fmt: skip
+
+    lines = [f"ScreenSpot ({', '.join(layouts)}): accuracy {figure(outcomes)}"]
+    by: dict[tuple[str, str], list[Outcome]] = defaultdict(list)
     for o in outcomes:
         for dim, value in o.item.splits.items():
-            by[(dim, value)].append(o.hit)
+            by[(dim, value)].append(o)
         if "type" in o.item.splits:
-            by[("platform/type", f"{o.item.splits['platform']}/{o.item.splits['type']}")].append(o.hit)
-    for (dim, value), marks in sorted(by.items()):
+            by[("platform/type", f"{o.item.splits['platform']}/{o.item.splits['type']}")].append(o)
+    for (dim, value), group in sorted(by.items()):
         # Split names come from the data file: escaped like model text, for the terminal and the report alike.
-        lines.append(f"  {dim}={printable(value)}: {rate(sum(marks), len(marks))}")
-    lines.append(latency_line([o.ms for o in outcomes]))
+        lines.append(f"  {dim}={printable(value)}: {figure(group)}")
+    if zoomed:
+        lines.append(latency_line([o.ms for o in outcomes], "per click with zoom"))
+        lines.append(latency_line([o.single_ms for o in outcomes], "per click without zoom"))
+    else:
+        lines.append(latency_line([o.ms for o in outcomes]))
     unanswered = sum(o.point is None for o in outcomes)
     if unanswered:
         replies = "reply" if unanswered == 1 else "replies"
@@ -313,8 +352,9 @@ def _draw(outcome: Outcome, path: Path) -> None:
 def write_screenspot_report(
     out: Path, outcomes: list[Outcome], lines: list[str], seed: int = 0, facts: list[tuple[str, str]] = ()
 ) -> Path:
-    """`report.html`: the figures, a table per item, and a sample of hits and misses drawn on their
-    screenshots (green box: the truth; red cross: the model's point)."""
+    """`report.html`: the figures, a table per item, and a sample of misses and hits drawn on their
+    screenshots (green box: the truth; red cross: the model's point). Misses come first, in the pictures
+    and in the table: they are what a person reads a report for."""
     rng = random.Random(seed)
     hits = [o for o in outcomes if o.hit]
     misses = [o for o in outcomes if not o.hit]
@@ -323,7 +363,7 @@ def write_screenspot_report(
     for old in [*samples.glob("hit-*.png"), *samples.glob("miss-*.png")]:  # an earlier run into the same --out
         old.unlink()
     figures = []
-    for kind, group in (("hit", hits), ("miss", misses)):
+    for kind, group in (("miss", misses), ("hit", hits)):
         for i, o in enumerate(rng.sample(group, min(SAMPLES, len(group)))):
             name = f"{kind}-{i + 1}.png"
             _draw(o, samples / name)
@@ -332,9 +372,10 @@ def write_screenspot_report(
                 f"<figure><img src='samples/{name}'><figcaption class='{kind}'>{html.escape(caption)}"
                 "</figcaption></figure>"
             )
-    rows = [(o.item.id, o.item.instruction, "yes" if o.hit else "no", o.point or "-", f"{o.ms:.0f}") for o in outcomes]
+    listed = misses + hits
+    rows = [(o.item.id, o.item.instruction, "yes" if o.hit else "no", o.point or "-", f"{o.ms:.0f}") for o in listed]
     sections = [
-        ("Hits and misses (green: the element's box, red: the model's point)", "".join(figures) or "none"),
+        ("Misses and hits (green: the element's box, red: the model's point)", "".join(figures) or "none"),
         ("Items", table(("id", "instruction", "hit", "point", "ms"), rows)),
     ]
     return write_report(out, "qvl-agent eval screenspot", lines, sections, facts)

@@ -151,9 +151,9 @@ def build_server(tools: ScreenTools) -> MCPServer:
     ) -> CallToolResult:
         """Carry out a task on the first monitor, step by step: screenshot, the local model picks an action,
         a safety guard checks it, then it is done (auto) or only described (dry-run). Returns the outcome
-        (status success/failure/stopped/limit/error, message, answer, steps) and the run's trace folder with
-        its report.html; a dry run says so (`dry_run`) and lists the actions it would have run
-        (`would_have_run`), none of which happened."""
+        (status success/failure/stopped/limit/error, or dry_run for a dry run the model ended as done; message,
+        answer, steps) and the run's trace folder with its report.html; a dry run says so (`dry_run`) and lists
+        the actions it would have run (`would_have_run`), none of which happened."""
         outcome = await _call(tools.run_task, task, mode, max_steps)
         return _result(outcome.text(), outcome.as_dict())
 

@@ -62,7 +62,7 @@ class RunOutcome:
         lines = []
         if self.dry_run:
             lines.append("DRY RUN: nothing was clicked or typed on the screen; the task was NOT carried out.")
-        status = f"{self.status} (dry run)" if self.dry_run else self.status
+        status = f"{self.status} (dry run)" if self.dry_run and self.status != "dry_run" else self.status
         lines.append(f"{status}: {self.message}")
         if self.answer:
             lines.append(f"Answer: {self.answer}")
@@ -149,12 +149,12 @@ class ScreenTools:
 
     def locate(self, description: str, monitor: int | None = None) -> dict:
         """Where `description` is on the screen: {x, y} in desktop pixels, plus the model's own answer."""
-        from qvl_agent.grounding import locate
+        from qvl_agent.grounding import Zoom, locate
 
         description = _text(description, "description", '"the Save button"')
         shot = self.capture(monitor)
         with self._questions:
-            point = locate(self.engine, shot, description)
+            point = locate(self.engine, shot, description, zoom=Zoom.from_settings(self.settings))
         return {
             "x": point.x,
             "y": point.y,
@@ -251,7 +251,7 @@ class ScreenTools:
         "diff", "report", "folder", "given"} ("given": what the script was given, network, host files and
         secret variables, one line each; a local page its header names is never given here)."""
         from qvl_agent.act.netguard import local_target
-        from qvl_agent.grounding import point_or_click
+        from qvl_agent.grounding import Zoom, point_or_click
         from qvl_agent.playwright.chromium import find_browser
         from qvl_agent.scripts.header import read_origins
         from qvl_agent.scripts.heal.replay import failing_code, heal_replay, new_code
@@ -280,8 +280,9 @@ class ScreenTools:
         out: dict = {"heals": [], "stopped": "", "healed_script": "", "diff": "", "report": ""}
         with self._runs:
             if heal:
+                ground = functools.partial(point_or_click, self.engine, zoom=Zoom.from_settings(self.settings))
                 healing = heal_replay(
-                    path, functools.partial(point_or_click, self.engine), engine_name=self.engine.name,
+                    path, ground, engine_name=self.engine.name,
                     trace_dir=run_dir / "heals", browser=browser, timeout_s=timeout_s,
                     output=output, memory_mb=self.settings.sandbox_memory_mb,
                 )  # fmt: skip

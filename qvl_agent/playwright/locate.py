@@ -15,7 +15,18 @@ Locators are plain dicts so that they go into the trace as JSON and `export` can
     {"kind": "testid", "value": "help-toggle"}                 page.get_by_test_id("help-toggle")
     {"kind": "text", "text": "Next"}                           page.get_by_text("Next", exact=True)
     {"kind": "css", "selector": "body > div:nth-of-type(2)"}   page.locator(...)
+    {"kind": "within", "item": "tr", "has_text": "#1002",      page.locator("tr").filter(has=page.get_by_text(
+     "inner": {"kind": "role", "role": "button", ...}}            "#1002", exact=True)).get_by_role("button", ...)
+    {"kind": "item", "item": "tr", "has_text": "#1002"}       the row itself (an end-state check: it is gone)
     {"kind": "point", "x": 640, "y": 400}                      page.mouse at the CSS pixel
+
+An element inside a repeated structure (a table row, a list item, a card: an ancestor with siblings of
+the same tag and classes) whose own name is not unique is found through the item that holds it, by a
+text of that item no other item has, the way Playwright's codegen does: "the Delete button of the row
+that says #1002" stays that row's button when rows are added, removed or reordered around it. A CSS path
+(positional) is the last resort, when nothing on the page identifies the element. `chain(locator)` is the
+one definition of which Playwright calls build each kind; the executor, the exporter and the healer all
+build their locators from it.
 
 Each resolved element also carries `near`, the nearest text before it in reading order (its caption when it
 has no name): exported scripts keep it in each step's intent, and `--heal` checks a CSS-path locator's
@@ -106,6 +117,38 @@ _INFO_JS = (
     }
     return parts.join(' > ');
   };
+  // The repeated items around the target (nearest first: a row, a list item, a card) that a text of their
+  // own tells apart from their siblings: the texts, in reading order, that no sibling item holds whole.
+  const textOf = (n) => norm(n.textContent);
+  const relPath = (from, el) => {
+    const parts = [];
+    for (; el && el !== from; el = el.parentElement) {
+      let part = el.tagName.toLowerCase();
+      const same = Array.from(el.parentElement.children).filter(c => c.tagName === el.tagName);
+      if (same.length > 1) part += ':nth-of-type(' + (same.indexOf(el) + 1) + ')';
+      parts.unshift(part);
+    }
+    return parts.join(' > ');
+  };
+  const items = [];
+  for (let a = t.parentElement; a && a.parentElement && a !== document.body; a = a.parentElement) {
+    const classes = Array.from(a.classList).filter(c => /^[A-Za-z_][\\w-]*$/.test(c) && !generated(c));
+    const same = Array.from(a.parentElement.children)
+      .filter(c => c.tagName === a.tagName && classes.every(k => c.classList.contains(k)));
+    if (same.length < 2) continue;
+    const holds = (item, s) => Array.from(item.querySelectorAll('*')).some(m => textOf(m) === s);
+    const texts = [];
+    for (const n of a.querySelectorAll('*')) {
+      if (n === t || t.contains(n) || n.contains(t) || n.closest('script,style,template')) continue;
+      const s = textOf(n);
+      if (s && s.length <= 60 && !texts.includes(s) && !same.some(o => o !== a && holds(o, s))) texts.push(s);
+      if (texts.length === 3) break;
+    }
+    if (!texts.length) continue;
+    const own = a.tagName.toLowerCase() + classes.map(c => '.' + c).join('');
+    items.push({selectors: [own, cssPath(a.parentElement) + ' > ' + own], texts, path: relPath(a, t)});
+    break;
+  }
   const labels = t.labels ? Array.from(t.labels).map(l => norm(l.innerText)).filter(Boolean) : [];
   const near = ("""
     + NEAR_JS
@@ -120,6 +163,7 @@ _INFO_JS = (
     testid: t.getAttribute('data-testid') || '',
     text: norm(t.innerText || t.textContent),
     css: cssPath(t),
+    items,
     near,
     box: [r.x, r.y, r.width, r.height],
   };
@@ -215,22 +259,49 @@ def _role_and_name(page, css: str) -> tuple[str, str]:
     return m.group("role"), name
 
 
+Call = tuple[str, tuple, dict]  # (method, positional arguments, keywords)
+
+
+def chain(locator: dict) -> list[Call]:
+    """The Playwright calls that build a locator dict's Locator, in order, starting from the page. A keyword
+    whose value is a list is itself such a chain from the page (`filter(has=...)`). ValueError for a point
+    or an unknown kind."""
+    kind = locator.get("kind")
+    if kind == "role":
+        return [("get_by_role", (locator["role"],), {"name": locator["name"], "exact": True})]
+    if kind in ("label", "placeholder", "text"):
+        return [(f"get_by_{kind}", (locator["text"],), {"exact": True})]
+    if kind == "testid":
+        return [("get_by_test_id", (locator["value"],), {})]
+    if kind == "css":
+        return [("locator", (locator["selector"],), {})]
+    if kind == "item":  # the repeated item itself: its end-state check ("the row is gone")
+        has = [("get_by_text", (locator["has_text"],), {"exact": True})]
+        return [("locator", (locator["item"],), {}), ("filter", (), {"has": has})]
+    if kind == "within":
+        inner = locator["inner"]
+        if inner.get("kind") in ("within", "item"):
+            raise ValueError("An item inside an item is not a locator this resolver makes.")
+        return chain(item_of(locator)) + chain(inner)
+    raise ValueError(f"A {kind} locator has no Playwright Locator.")
+
+
+def item_of(locator: dict) -> dict:
+    """The item a `within` locator finds its element in, as a locator of its own."""
+    return {"kind": "item", "item": locator["item"], "has_text": locator["has_text"]}
+
+
 def to_playwright(page, locator: dict):
     """The Playwright Locator for a locator dict (not for a point)."""
-    kind = locator["kind"]
-    if kind == "role":
-        return page.get_by_role(locator["role"], name=locator["name"], exact=True)
-    if kind == "label":
-        return page.get_by_label(locator["text"], exact=True)
-    if kind == "placeholder":
-        return page.get_by_placeholder(locator["text"], exact=True)
-    if kind == "testid":
-        return page.get_by_test_id(locator["value"])
-    if kind == "text":
-        return page.get_by_text(locator["text"], exact=True)
-    if kind == "css":
-        return page.locator(locator["selector"])
-    raise ValueError(f"A {kind} locator has no Playwright Locator.")
+
+    def build(calls: list[Call]):
+        found = page
+        for method, args, keywords in calls:
+            keywords = {k: build(v) if isinstance(v, list) else v for k, v in keywords.items()}
+            found = getattr(found, method)(*args, **keywords)
+        return found
+
+    return build(chain(locator))
 
 
 def is_unique(page, locator: dict, handle=None) -> bool:
@@ -258,6 +329,12 @@ def candidates(page, info: dict) -> list[dict]:
         found.append({"kind": "testid", "value": info["testid"]})
     if info["text"] and len(info["text"]) <= MAX_TEXT and info["tag"] not in ("input", "select", "textarea"):
         found.append({"kind": "text", "text": info["text"]})
+    own = [c for c in found if c["kind"] in ("role", "text", "label", "placeholder")]
+    for item in info.get("items") or []:  # the same names inside the item that holds the element
+        inner = [*own, {"kind": "css", "selector": item["path"]}] if item["path"] else own
+        for selector in item["selectors"]:
+            for text in item["texts"]:
+                found += [{"kind": "within", "item": selector, "has_text": text, "inner": i} for i in inner]
     found.append({"kind": "css", "selector": info["css"]})
     return found
 

@@ -11,11 +11,11 @@ own loopback. For each relay it listens on LISTEN_HOST:PORT there (the address a
 names, as this sandbox's /etc/hosts resolves it) and hands every connection to the unix socket SOCKET,
 behind which the host-side forwarder reaches that origin and nothing else. With a TIMEOUT_MS it lowers
 Playwright's default timeouts, so a wrong locator fails with Playwright's own message before the
-verification's timeout ends the run. It runs each hook file (features built on the sandbox put their own
-set-up there), sets the resource limits (set here, after bubblewrap made the user namespace, the process
-limit counts only the sandbox's own processes) and runs the script as `__main__` with `argv` after its
-name. When the script ends, the regular files under its working directory go back through FILES_FD
-(`files_out.py` reads them).
+verification's timeout ends the run. A browser launched with headless=False runs headless (no display here).
+It runs each hook file (features built on the sandbox put their own set-up there), sets the resource limits
+(set here, after bubblewrap made the user namespace, the process limit counts only the sandbox's own
+processes) and runs the script as `__main__` with `argv` after its name. When the script ends, the regular
+files under its working directory go back through FILES_FD (`files_out.py` reads them).
 
 Nothing here is a wall: the script could stop the relay or undo the timeouts, and gain nothing by it.
 The walls are the namespaces and the forwarder outside.
@@ -88,6 +88,31 @@ def _lower_timeouts(timeout_ms: float) -> None:
     BrowserContext.new_page = with_timeout(BrowserContext.new_page)
 
 
+def _headless_only() -> None:
+    """There is no display in here: a browser asked for with headless=False (as most people's own scripts
+    do) is launched headless instead, with one line saying so, rather than fail to start."""
+    try:
+        from playwright.sync_api._generated import BrowserType
+    except ImportError:
+        return  # a script that does not use Playwright
+    told = []
+
+    def headless(launch):
+        def wrapped(self, *args, **kwargs):
+            if kwargs.get("headless") is False:
+                kwargs["headless"] = True
+                if not told:
+                    told.append(True)
+                    print("qvl-agent: the script asked for a visible browser; in the sandbox it runs headless.",
+                          file=sys.stderr, flush=True)  # fmt: skip
+            return launch(self, *args, **kwargs)
+
+        return wrapped
+
+    BrowserType.launch = headless(BrowserType.launch)
+    BrowserType.launch_persistent_context = headless(BrowserType.launch_persistent_context)
+
+
 def _limit(data: int, processes: int, file_size: int) -> None:
     for which, value in (
         (resource.RLIMIT_DATA, data),
@@ -140,6 +165,7 @@ def main() -> None:
         _relay(host, int(port), path)
     if spec.get("timeout_ms") is not None:
         _lower_timeouts(float(spec["timeout_ms"]))
+    _headless_only()
     for hook in spec.get("hooks", []):
         runpy.run_path(hook, run_name="qvl_sandbox_hook")
     if spec.get("limits"):

@@ -9,7 +9,9 @@ An exported script carries one `# intent: {...}` comment right above each step's
   - `role` / `name`: the element's ARIA role (computed, or implied by its tag) and accessible name;
   - `near`: the nearest text before it in reading order (a caption for elements without a name);
   - `reason`: the model's own words before its tool call, one line; empty when it gave none;
-  - `point`: the CSS pixel the run clicked or typed at; `locator`: the locator the step was recorded with.
+  - `point`: the CSS pixel the run clicked or typed at; `locator`: the locator the step was recorded with;
+  - `item`: the text of the repeated item (row, list item, card) the element was found in, when it was;
+    `by_position`: true when the element was found by its place alone (nothing on the page named it).
 
 Why a comment per step and not a table at the top: it sits beside the code it describes, so a person who
 edits or moves a step keeps its intent with it; the healer finds a failing line's intent by walking up to
@@ -84,13 +86,18 @@ def step_intent(n: int, action: str, detail: dict, reason: str = "") -> dict:
     """The intent of step `n` from what the browser executor recorded (`detail`)."""
     locator = dict(detail.get("locator") or {})
     element = detail.get("element") or {}
-    role = locator.get("role") if locator.get("kind") == "role" else implicit_role(element)
-    name = locator.get("name") or locator.get("text") or element.get("text") or ""
+    own = locator.get("inner") or {} if locator.get("kind") == "within" else locator
+    role = own.get("role") if own.get("kind") == "role" else implicit_role(element)
+    name = own.get("name") or own.get("text") or element.get("text") or ""
     intent: dict = {"step": n, "action": _ACTIONS.get(action, action)}
     if role:
         intent["role"] = role
     if name:
         intent["name"] = _short(name)
+    if locator.get("kind") == "within":
+        intent["item"] = _short(locator.get("has_text", ""))
+    elif locator.get("kind") == "css":
+        intent["by_position"] = True  # nothing on the page named it: its place is all the script knows
     if element.get("near"):
         intent["near"] = _short(element["near"])
     if reason:
@@ -149,8 +156,10 @@ def describe(intent: dict, many: bool = False) -> str:
     role, name, near = intent.get("role", ""), intent.get("name", ""), intent.get("near", "")
     noun = _NOUNS.get(role, role or "element")
     text = f'the "{name}" {noun}' if name else f"the {noun}"
+    if intent.get("item"):  # the row, list item or card that holds it, by its own text
+        text += f' in the item that says "{intent["item"]}"'
     # A name found by its place (a CSS path) is not unique on the page: its caption tells it apart.
-    if near and near != name and (many or not name or (intent.get("locator") or {}).get("kind") == "css"):
+    elif near and near != name and (many or not name or (intent.get("locator") or {}).get("kind") == "css"):
         text += f' after "{near}"'
     if intent.get("reason"):
         text += f" ({intent['reason']})"

@@ -93,19 +93,25 @@ def allowed_origins(host: str) -> list[str]:
 
 def secret_variables(source: str, environment: Mapping[str, str]) -> dict[str, str]:
     """The `QVL_SECRET_*` variables of `environment` that `source` reads as `os.environ["QVL_SECRET_X"]`."""
+    return {name: environment[name] for name in read_secrets(source) if name in environment}
+
+
+def read_secrets(source: str) -> list[str]:
+    """The `QVL_SECRET_*` variables `source` reads as `os.environ["QVL_SECRET_X"]`, sorted."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
-        return {}
-    wanted = {
-        node.slice.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.slice, ast.Constant)
-        and isinstance(node.slice.value, str)
-        and node.slice.value.startswith(ENV_PREFIX)
-    }
-    return {name: environment[name] for name in sorted(wanted) if name in environment}
+        return []
+    return sorted(
+        {
+            node.slice.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and node.slice.value.startswith(ENV_PREFIX)
+        }
+    )
 
 
 def replay_script(
@@ -123,23 +129,25 @@ def replay_script(
     allow_files: Sequence[str] = (),
     before_start: Callable[[Grant], None] | None = None,
     playwright_trace: bool = True,
+    step_timeout_s: float | None = None,
 ) -> ReplayResult:
     """Run `script` sandboxed; its files go to a new folder: `output` (FileExistsError when it exists) or,
-    by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
-    (exported scripts take it) and its origin may be reached; a file:// `url` is shown inside read-only.
+        by default, the first free of SCRIPT.out, SCRIPT.out-2, ... `url` is passed to the script as `--url URL`
+        (exported scripts take it) and its origin may be reached; a file:// `url` is shown inside read-only.
+    `step_timeout_s` is passed as `--timeout SECONDS`, how long each step of an exported script waits.
 
-    `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
-    exported script types a secret from its variable, and only the variables it names go inside.
+        `secrets` (the person's environment) supplies the `QVL_SECRET_*` variables the script reads: an
+        exported script types a secret from its variable, and only the variables it names go inside.
 
-    `allow_files` are host files the person gives the script (shown inside read-only, each alone); a local
-    page its header names must be among them.
+        `allow_files` are host files the person gives the script (shown inside read-only, each alone); a local
+        page its header names must be among them.
 
-    `playwright_trace`: Playwright's trace of the run comes back as `trace.zip` among its files, unless the
-    script reads a secret variable (its page snapshots would hold the typed value).
+        `playwright_trace`: Playwright's trace of the run comes back as `trace.zip` among its files, unless the
+        script reads a secret variable (its page snapshots would hold the typed value).
 
-    Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, UsageError for a
-    header file the person did not give or a given path that is not a file, FileExistsError for an
-    existing `output`, SandboxUnavailable when the sandbox cannot start."""
+        Raises OSError when the script cannot be read, BadOrigin for a bad `allow` or `url`, UsageError for a
+        header file the person did not give or a given path that is not a file, FileExistsError for an
+        existing `output`, SandboxUnavailable when the sandbox cannot start."""
     source = script.read_text(encoding="utf-8")
     if output is not None and (output.exists() or output.is_symlink()):
         raise FileExistsError(f"{output} already exists.")
@@ -165,8 +173,16 @@ def replay_script(
         else:
             origins.append(origin_of(url))
         argv = ["--url", url]
+    if step_timeout_s is not None:
+        argv += ["--timeout", f"{step_timeout_s:g}"]
     origins = list(dict.fromkeys(origins))
     env = secret_variables(source, secrets or {})
+    missing = [name for name in read_secrets(source) if name not in env]
+    if missing:
+        raise UsageError(
+            f"The script types a secret from ${missing[0]}, which is not set: set it first "
+            f"(export {missing[0]}=...); replay passes it to this script alone."
+        )
     # Bound where the script names them (the path as given) and where they really are.
     extra = [*binds, *(Bind(real, named) for real, named in files.items())]
     extra += [Bind(real, real) for real, named in files.items() if real != named]
@@ -191,7 +207,7 @@ def replay_script(
         memory_bytes=memory_bytes,
         binds=extra,
         init_hooks=hooks,
-        env=env,
+        env={**env, "QVL_REPLAY_FAILURE_DIR": "/scratch"},  # where an exported script leaves a failure's log
     )
     kept = keep_files(result.files, output or default_output(script), numbered=output is None)
     return ReplayResult(

@@ -1,6 +1,7 @@
 """An OpenAI-compatible HTTP API over one resident engine, plus a small chat page.
 
-    POST /v1/chat/completions   text and image_url parts (base64 data: URLs), streaming (SSE) or not
+    POST /v1/chat/completions   text and image_url parts (base64 data: URLs), streaming (SSE) or not,
+                                tools (`tools`) and JSON replies (`structured`)
     GET  /v1/models             the one model this server answers with
     GET  /health                liveness and queue depth (no token needed)
     GET  /metrics               Prometheus text: requests, latency, ttft, tokens/s, feature cache, queue
@@ -47,7 +48,15 @@ from qvl_agent.server.protocol import (
     parse_chat_request,
     usage_dict,
 )
-from qvl_agent.server.stream import Reader, api_error, qvl_stats, stat_headers, stream_chunks
+from qvl_agent.server.stream import (
+    Reader,
+    answer,
+    api_error,
+    qvl_stats,
+    replay_chunks,
+    stat_headers,
+    stream_chunks,
+)
 from qvl_agent.server.transport import BODY_TIMEOUT_S, ClientGone, read_body
 from qvl_agent.server.worker import ChatResult, Job, Scheduler, chat_work
 
@@ -230,6 +239,13 @@ async def chat_completions(request: Request):
             param="model",
             code="model_not_found",
         )
+    if chat.forced_call and not s.engine.writes_reply_prefix:
+        raise ApiError(
+            400,
+            'tool_choice "required" or a named function needs the local engine, which starts the reply '
+            f'with the call; this server runs {s.engine.name[:100]!r}. Use "auto".',
+            param="tool_choice",
+        )
     if not s.scheduler.reserve():
         retry = s.scheduler.retry_after_s()
         raise ApiError(
@@ -260,7 +276,7 @@ async def chat_completions(request: Request):
     if first[0] == "error":
         reader.close()
         raise api_error(first[1])
-    if chat.stream:
+    if chat.stream and chat.response_format == "text":
         return StreamingResponse(
             stream_chunks(chat, s.model_id, job, reader, first, started, s.metrics),
             media_type="text/event-stream",
@@ -281,8 +297,15 @@ async def chat_completions(request: Request):
         raise api_error(event[1])
     result: ChatResult = event[1]
     s.metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
+    message, finish = await run_in_threadpool(answer, chat, result.text, result.finish_reason)
+    if chat.stream:  # a reply checked whole (response_format) streams once it has passed
+        return StreamingResponse(
+            replay_chunks(chat, s.model_id, message, finish, result),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", **stat_headers(result)},
+        )
     usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
-    body = completion_body(completion_id(), s.model_id, result.text, result.finish_reason, usage, qvl_stats(result))
+    body = completion_body(completion_id(), s.model_id, message, finish, usage, qvl_stats(result))
     return JSONResponse(body, headers=stat_headers(result))
 
 

@@ -23,18 +23,27 @@ from qvl_agent.engine.base import Engine, Session
 from qvl_agent.image import Screenshot
 
 
-def fingerprint(system: str | None, turns: Iterable[tuple[str, Sequence[Screenshot], str]], scope: str = "") -> str:
-    """A hash of a conversation's content: (user text, images, reply) per turn, plus the system text, in
-    its cache scope (a user and a cache salt: other scopes never match it)."""
+def fingerprint(
+    system: str | None,
+    turns: Iterable[tuple[str, Sequence[Screenshot], str]],
+    scope: str = "",
+    tools: list | None = None,
+    text_first: bool = False,
+) -> str:
+    """A hash of a conversation's content: (user text, images, reply) per turn, plus the system text, the
+    tools the template shows and the order of text and images, in its cache scope (a user and a cache salt:
+    other scopes never match it)."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(json.dumps(["system", system, scope]).encode())
+    order = ["text first"] if text_first else []
+    h.update(json.dumps(["system", system, scope, tools or None, *order], sort_keys=True).encode())
     for text, images, reply in turns:
         h.update(json.dumps([text, [im.content_hash for im in images], reply], ensure_ascii=False).encode())
     return h.hexdigest()
 
 
 def session_fingerprint(session: Session, scope: str = "") -> str:
-    return fingerprint(session.system, ((t.text, t.images, t.reply) for t in session.turns), scope)
+    turns = ((t.text, t.images, t.reply) for t in session.turns)
+    return fingerprint(session.system, turns, scope, session.tools, session.text_first)
 
 
 class SessionPool:
@@ -55,15 +64,19 @@ class SessionPool:
         system: str | None,
         history: Sequence[tuple[str, Sequence[Screenshot], str]],
         scope: str = "",
+        tools: list | None = None,
+        text_first: bool = False,
     ) -> tuple[Session, bool]:
-        """A session that holds exactly `history` in `scope`: a pooled one (reused=True) or a new one fed
-        the history with `add_turn` (reused=False). The caller owns it until `checkin` or `close`."""
-        key = fingerprint(system, history, scope)
+        """A session that holds exactly `history` (with `tools` shown) in `scope`, in that order of text and
+        images: a pooled one (reused=True) or a new one fed the history with `add_turn` (reused=False). The
+        caller owns it until `checkin` or `close`."""
+        key = fingerprint(system, history, scope, tools, text_first)
         with self._lock:
             session = self._idle.pop(key, None)
         if session is not None:
             return session, True
-        session = engine.open_session(system=system)
+        session = engine.open_session(system=system, tools=tools)
+        session.text_first = text_first
         for text, images, reply in history:
             session.add_turn(text, images, reply)
         return session, False

@@ -2,7 +2,9 @@
 
 `Reader` takes a job's events one at a time, raising 504 past the request's deadline and cancelling the
 job when the client disconnects while it waits. `stream_chunks` turns the events into OpenAI's SSE
-chunks. `api_error` maps a failure from the generation thread to the error the client sees.
+chunks, tool calls included (`tools.ToolCallStream`); `answer` makes a whole reply OpenAI's assistant
+message, and `replay_chunks` streams one that had to be checked whole first (`response_format`).
+`api_error` maps a failure from the generation thread to the error the client sees.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import time
 from fastapi import Request
 
 from qvl_agent.errors import GenerationCancelled, InputError, QvlError
+from qvl_agent.server import structured
 from qvl_agent.server.metrics import Metrics
 from qvl_agent.server.protocol import ApiError, ChatRequest, chunk_body, completion_id, sse, usage_dict
+from qvl_agent.server.tools import ToolCallStream, parse_reply
 from qvl_agent.server.transport import ClientGone
 from qvl_agent.server.worker import ChatResult, Job
 
@@ -75,11 +79,13 @@ async def stream_chunks(
     cancels this generator when the client disconnects; `finally` then stops the generation."""
     cid = completion_id()
     finished = False
+    calls = ToolCallStream(chat.tool_names, chat.single_tool_call) if chat.tool_names else None
     try:
         yield sse(chunk_body(cid, model_id, {"role": "assistant", "content": ""}))
         event = first
         while event[0] == "delta":
-            yield sse(chunk_body(cid, model_id, {"content": event[1]}))
+            for delta in calls.push(event[1]) if calls else [{"content": event[1]}]:
+                yield sse(chunk_body(cid, model_id, delta))
             try:
                 event = await reader.next(watch_client=False)
             except ApiError as exc:
@@ -88,8 +94,11 @@ async def stream_chunks(
             yield sse(api_error(event[1]).body())
         else:
             result: ChatResult = event[1]
+            for delta in calls.flush() if calls else []:
+                yield sse(chunk_body(cid, model_id, delta))
             usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
-            yield sse(chunk_body(cid, model_id, {}, result.finish_reason, qvl=qvl_stats(result)))
+            finish = "tool_calls" if calls and calls.called else result.finish_reason
+            yield sse(chunk_body(cid, model_id, {}, finish, qvl=qvl_stats(result)))
             if chat.include_usage:
                 yield sse(chunk_body(cid, model_id, None, usage=usage))
             metrics.observe_generation(time.perf_counter() - started, result.stats, result.reused)
@@ -99,6 +108,36 @@ async def stream_chunks(
         reader.close()
         if not finished:
             job.cancel()
+
+
+async def replay_chunks(chat: ChatRequest, model_id: str, message: dict, finish: str, result: ChatResult):
+    """A reply that had to be complete before it could be sent (a checked `response_format`), as SSE
+    chunks: the role, the content or the calls, the finish with stats, usage if asked, then [DONE]."""
+    cid = completion_id()
+    yield sse(chunk_body(cid, model_id, {"role": "assistant", "content": ""}))
+    if message.get("content"):
+        yield sse(chunk_body(cid, model_id, {"content": message["content"]}))
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        yield sse(chunk_body(cid, model_id, {"tool_calls": [{"index": index, **call}]}))
+    yield sse(chunk_body(cid, model_id, {}, finish, qvl=qvl_stats(result)))
+    if chat.include_usage:
+        usage = usage_dict(result.stats, int(result.stats.get("decode_tokens", 0)))
+        yield sse(chunk_body(cid, model_id, None, usage=usage))
+    yield sse("[DONE]")
+
+
+def answer(chat: ChatRequest, text: str, finish: str) -> tuple[dict, str]:
+    """The reply as OpenAI's assistant message, and its finish reason: the model's tool calls when it
+    made valid ones (`tool_calls`), else its text, checked against a JSON `response_format` unless cut
+    short by the length limit (422 when it does not match)."""
+    if chat.tool_names:
+        content, calls = parse_reply(text, chat.tool_names)
+        if calls:
+            calls = calls[:1] if chat.single_tool_call else calls
+            return {"role": "assistant", "content": content, "tool_calls": [c.wire() for c in calls]}, "tool_calls"
+    if chat.response_format != "text" and finish != "length":
+        text = structured.check_reply(text, chat.response_format, chat.schema)
+    return {"role": "assistant", "content": text}, finish
 
 
 def qvl_stats(result: ChatResult) -> dict:

@@ -183,7 +183,9 @@ def chat_work(engine: Engine, pool: SessionPool, request: ChatRequest) -> Callab
         # Each image under its scope's hash: the vision-feature cache and the pool keep scopes apart.
         history = [(t.text, [im.scoped(request.scope) for im in t.images], t.reply) for t in request.history]
         images = [im.scoped(request.scope) for im in request.images]
-        session, reused = pool.checkout(engine, request.system, history, request.scope)
+        session, reused = pool.checkout(
+            engine, request.system, history, request.scope, request.tools, request.text_first
+        )
         job.session = session
         job.emit("start", {"reused": reused})
         # The engine stops at stop strings itself; this guarantees the client never sees one whatever the

@@ -25,6 +25,7 @@ from shiboken6 import isValid
 from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import CaptureError
+from qvl_agent.grounding import Zoom
 from qvl_agent.image import Screenshot
 from qvl_agent.ui import hotkeys as hk
 from qvl_agent.ui.ask_window import AskWindow
@@ -283,7 +284,8 @@ class TrayApp(QObject):
             self._reused.append(window)
         else:
             options = GenerationOptions(max_new_tokens=self.settings.max_new_tokens)
-            window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region)
+            zoom = Zoom.from_settings(self.settings)
+            window = AskWindow(self.host, shot, browser_on_screen=browser, options=options, region=region, zoom=zoom)
             window.do_it_requested.connect(lambda task, s, w=window: self.automation.do_it(task, s, w))
             window.playwright_requested.connect(lambda task, s, w=window: self.scripts.start(task, s, w))
             window.closed.connect(lambda w=window: self.windows.remove(w) if w in self.windows else None)
@@ -340,15 +342,14 @@ class TrayApp(QObject):
     @Slot()
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self.settings_path)
-        dialog.saved.connect(self._settings_saved)
+        dialog.saved.connect(lambda new: self._settings_saved(new, dialog.outcome))
         dialog.setModal(False)
         dialog.show()
         dialog.raise_()
         dialog.activateWindow()
         self._settings_dialog = dialog  # keep it alive while open
 
-    @Slot(object)
-    def _settings_saved(self, new: Settings) -> None:
+    def _settings_saved(self, new: Settings, outcome: str) -> None:
         old, self.settings = self.settings, new
         if new.hotkeys != old.hotkeys and hk.problem() is None:
             problem = self.listener.restart(new.hotkeys)
@@ -357,7 +358,7 @@ class TrayApp(QObject):
         reload = dataclasses.replace(old, hotkeys=new.hotkeys, safety_mode=new.safety_mode) != new
         closing = reload and bool(self.windows)
         self.notify(
-            f"Settings saved to {self.settings_path}."
+            outcome
             + (" Reloading the model…" if reload else "")
             + (" The open ask windows were closed (their conversations were with the old model)." if closing else "")
         )

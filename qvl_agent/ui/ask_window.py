@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from qvl_agent.engine.base import GenerationOptions, TurnStats
-from qvl_agent.grounding import GroundedPoint, locate
+from qvl_agent.grounding import GroundedPoint, Zoom, locate
 from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import Conversation, EngineHost
 from qvl_agent.ui.overlay import ClickMarker
@@ -79,11 +79,13 @@ class AskWindow(QWidget):
         browser_on_screen: bool = False,
         options: GenerationOptions | None = None,
         region: bool = False,
+        zoom: Zoom | None = None,
     ) -> None:
         super().__init__(None, Qt.WindowType.Window | Qt.WindowType.WindowStaysOnTopHint)
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.host = host
         self.options = options
+        self.zoom = zoom  # the zoom setting's second grounding pass, for "Where is…?"
         self.marker = ClickMarker()
         self._marker_timer = QTimer(self, singleShot=True, interval=LOCATE_MARKER_MS, timeout=self.marker.hide)
         self._render_pending = False
@@ -278,7 +280,7 @@ class AskWindow(QWidget):
             return
         shot = self.shot
         self.marker.hide()
-        self._locating = (self.host.call(lambda engine: locate(engine, shot, description)), description)
+        self._locating = (self.host.call(lambda engine: locate(engine, shot, description, zoom=self.zoom)), description)
         self.status.setText(f"Looking for {description}…")
         self._update_buttons()
 

@@ -5,7 +5,9 @@ thread (the engine serves one thing at a time), in the safety mode from the sett
 the agent's callbacks, which run on the engine thread, ask the GUI through signals and wait for the
 answer. Before every pointer action a marker ring appears where the click will land; only after it has
 been on screen for a moment (and is gone again, so it is not clicked or captured) does the action run.
-In confirm mode the marker stays up while the person is asked yes or no. The stop hotkey halts the run.
+In confirm mode the marker stays up while the person is asked (`confirm_dialog`: the model's reason and the
+action in words, as the terminal asks; Yes, No, which tells the model, or Stop). The stop hotkey halts the
+run.
 
 The ask window is hidden during a run, so the agent neither sees it nor clicks it, and comes back with
 the result.
@@ -19,12 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
-from PySide6.QtWidgets import QMessageBox, QWidget
+from PySide6.QtWidgets import QWidget
 
 from qvl_agent import actions as A
+from qvl_agent.act.describe import confirm_question, declined_message
 from qvl_agent.act.guard import Guard, describe_pixels
 from qvl_agent.config import Settings
+from qvl_agent.errors import ActionError
 from qvl_agent.image import Screenshot
+from qvl_agent.ui import confirm_dialog
 from qvl_agent.ui.engine_worker import EngineHost
 from qvl_agent.ui.overlay import ClickMarker
 
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
     from qvl_agent.agent import RunResult
 
 MARKER_MS = 600  # how long the ring shows where the next click lands before the click happens
+SHOWN_ACTIONS = 8  # a dry run's actions listed in the window and the notice; the report lists every one
 MARKER_TIMEOUT_S = 10.0  # a GUI thread that cannot show the marker by then refuses the action
 
 
@@ -84,16 +90,24 @@ class _Ask(QObject):
             self._handler(box)
 
 
-def describe_outcome(result: RunResult, declined: str = "") -> str:
-    """One sentence for the person: how the run ended (a "no" in confirm mode is a cancel, not a stop)."""
-    if declined:
-        return f"Task cancelled: you declined {declined}."
+def describe_outcome(result: RunResult, stopped_at: str = "") -> str:
+    """One sentence for the person: how the run ended (Stop in the confirm dialog is a cancel, not a
+    failure). A dry run says that nothing was done, then lists the actions it would have run, one a line."""
+    if stopped_at:
+        return f"Task cancelled: you stopped the run before it would {stopped_at}."
     head = {"success": "Task done", "failure": "Task failed", "stopped": "Task stopped", "limit": "Task not finished"}
     text = f"{head.get(result.status, 'Task ended with an error')}: {result.message}"
     if result.dry_run:  # nothing happened on the screen: the sentence must not read as a done task
-        head = {"success": "Dry run done (nothing was clicked or typed)"}
-        text = f"{head.get(result.status, 'Dry run ended (nothing was clicked or typed)')}: {result.message}"
-    return f"{text} Answer: {result.answer}" if result.answer else text
+        head = {"dry_run": "Dry run finished, nothing was clicked or typed"}
+        text = f"{head.get(result.status, 'Dry run ended, nothing was clicked or typed')}: {result.message}"
+    text = f"{text} Answer: {result.answer}" if result.answer else text
+    if not result.dry_run:
+        return text
+    lines = result.would_do_text().splitlines()
+    if len(lines) > SHOWN_ACTIONS + 1:  # the window and the notice stay on the screen; the report has them all
+        more = len(lines) - 1 - SHOWN_ACTIONS
+        lines = [*lines[: SHOWN_ACTIONS + 1], f"  … and {more} more (Open report lists them all)."]
+    return "\n".join([text, *lines])
 
 
 class Automation(QObject):
@@ -124,7 +138,8 @@ class Automation(QObject):
         self.trace_dir: Path | None = None
         self.running = False
         self.last_report: Path | None = None  # the last run's report.html, for the tray's "Open report"
-        self._declined = ""  # what the person said no to in this run
+        self._stopped_at = ""  # the action, in words, at which the person pressed Stop in this run
+        self._reply = ""  # the model's last reply, for the confirm dialog (written on the engine thread)
         self._request: int | None = None
         self._window: QWidget | None = None
         self._marker = _Ask(self._show_marker, self)
@@ -152,7 +167,7 @@ class Automation(QObject):
         mode = settings.safety_mode
         guard = Guard.for_settings(settings, mode, confine=shot.region if shot is not None else None)
         executor = self.executor_factory(shot, guard, mode)
-        self.guard, self.running, self._window, self._declined = guard, True, window, ""
+        self.guard, self.running, self._window, self._stopped_at, self._reply = guard, True, window, "", ""
         if window is not None:
             window.hide()
         self.started.emit(task)
@@ -199,7 +214,7 @@ class Automation(QObject):
         if request != self._request:
             return
         result, self.trace_dir, self.last_report = value
-        self._end(describe_outcome(result, self._declined))
+        self._end(describe_outcome(result, self._stopped_at))
 
     @Slot(int, str)
     def _failed(self, request: int, message: str) -> None:
@@ -220,6 +235,8 @@ class Automation(QObject):
     # --- callbacks from the engine thread -------------------------------------------------------------
 
     def _on_agent_event(self, event, guard: Guard) -> None:
+        if event.kind == "reply":
+            self._reply = event.message
         if event.kind == "action" and event.pixels and not isinstance(event.action, A.FINAL_ACTIONS):
             x, y = event.pixels[0]
             label = describe_pixels(event.action, list(event.pixels))
@@ -240,16 +257,25 @@ class Automation(QObject):
         QTimer.singleShot(self.marker_ms, release)
 
     def _confirm_action(self, action, pixels, shot) -> bool:
-        return bool(self._confirm(action=action, pixels=pixels))
+        """On the engine thread: True for Yes; No raises ActionError, which tells the model; Stop (or a GUI
+        that did not answer) ends the run."""
+        guard = self.guard
+        question = confirm_question(action, pixels, self._reply, guard.stop_chord if guard else frozenset())
+        self._reply = ""  # the reason goes with the reply's first action, as on the terminal
+        answer = self._confirm(question=question, action=action, pixels=pixels)
+        if answer == confirm_dialog.YES:
+            return True
+        if answer == confirm_dialog.NO:
+            raise ActionError(declined_message(action))
+        self._stopped_at = question.doing
+        if guard is not None:
+            guard.stop(f"The person ended the run at: {describe_pixels(action, pixels)}.")
+        return False
 
     def _ask_confirm(self, box: dict) -> None:
-        action, pixels = box["data"]["action"], box["data"]["pixels"]
-        text = describe_pixels(action, pixels)
+        question, action, pixels = box["data"]["question"], box["data"]["action"], box["data"]["pixels"]
         if pixels:
-            self.marker.show_at(*pixels[0], text)
-        answer = QMessageBox.question(None, "qvl-agent: allow this action?", f"The agent wants to: {text}")
+            self.marker.show_at(*pixels[0], A.describe(action))
+        box["result"] = confirm_dialog.ask(question, tuple(pixels[0]) if pixels else None)
         self.marker.hide()
-        box["result"] = answer == QMessageBox.StandardButton.Yes
-        if not box["result"]:
-            self._declined = text
         box["done"].set()

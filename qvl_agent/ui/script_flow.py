@@ -6,7 +6,8 @@
    (screenshot and accessibility snapshot), the model writes a script, the script policy checks it, it runs
    in the sandbox with its own fresh browser, failures go back to the model a few times. The accepted
    script is saved (its first lines say to run it with `qvl-agent replay`, which runs it in the same
-   sandbox) and opened in an editor, never run with the person's rights.
+   sandbox) and opened in an editor, never run with the person's rights. When no editor opens, the script
+   is shown in a window of ours (`script_window`), with Copy and Save as….
 
 Nothing on the desktop is touched. The Playwright sync API is bound to one thread, so the browser is
 started, used and closed inside one engine-thread job.
@@ -19,8 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QUrl, Signal, Slot
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtWidgets import QInputDialog, QLineEdit, QWidget
 
 from qvl_agent import prompts
@@ -28,6 +28,7 @@ from qvl_agent.config import Settings
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.image import Screenshot
 from qvl_agent.ui.engine_worker import EngineHost
+from qvl_agent.ui.script_window import ScriptWindow, open_in_editor
 
 ATTEMPTS = 3  # scripts the model may write before giving up, as `qvl-agent playwright` defaults to
 VERIFY_TIMEOUT_S = 60
@@ -65,7 +66,8 @@ class ScriptFlow(QObject):
         self.host, self.settings = host, settings
         self.script_dir = script_dir
         self.confirm_url = confirm_url or ask_for_url
-        self.open_file = open_file or (lambda path: QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))))
+        self.open_file = open_file or (lambda path: open_in_editor(path, lambda: self.show_script(path), self))
+        self.script_window: ScriptWindow | None = None
         self._pending: dict[int, tuple[str, str, QWidget | None]] = {}  # request -> (stage, task, window)
         host.called.connect(self._called)
         host.call_failed.connect(self._failed)
@@ -124,6 +126,21 @@ class ScriptFlow(QObject):
         self.written.emit(str(path))
         self.open_file(Path(path))
         self._end(window, f"Wrote the Playwright script {path} ({summary}); run it with: qvl-agent replay {path}")
+
+    def show_script(self, path: Path) -> ScriptWindow:
+        """The script in a window of ours, with Copy and Save as… (no editor could be opened)."""
+        if self.script_window is not None:
+            self.script_window.close()
+        window = self.script_window = ScriptWindow(path)
+        window.destroyed.connect(lambda *_: self._forget(window))
+        window.show()
+        window.raise_()
+        window.activateWindow()
+        return window
+
+    def _forget(self, window: ScriptWindow) -> None:
+        if self.script_window is window:
+            self.script_window = None
 
     def _say(self, window: QWidget | None, text: str) -> None:
         status = getattr(window, "status", None)

@@ -3,11 +3,11 @@
 Hotkeys are recorded by pressing them (`HotkeyEdit`) and shown as "Ctrl+Alt+Q". Values are checked before
 anything is written (`Settings.validated` plus the hotkey and engine checks); a bad value is refused with
 one sentence in the dialog, which stays open. Saving writes only the values the person changed in the
-dialog into config.toml, atomically: every other key of the file (settings left alone, keys this version
-does not know) stays as it was, and values that came from flags or the environment for this run are not
-written unless the person changed them here. A file that cannot be read as TOML is never overwritten.
-(The file is rewritten as TOML, so comments in it are not kept.) The dialog stays on top, like the ask
-windows it may be opened from.
+dialog into config.toml, atomically, and nothing when nothing changed (the tray's notice then says so):
+every other key of the file (settings left alone, keys this version does not know) stays as it was, and
+values that came from flags or the environment for this run are not written unless the person changed
+them here. A file that cannot be read as TOML is never overwritten. (The file is rewritten as TOML, so
+comments in it are not kept.) The dialog stays on top, like the ask windows it may be opened from.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ FIELD_MAX_WIDTH = 900  # longer paths scroll in the field rather than stretch th
 
 
 class SettingsDialog(QDialog):
-    """Edit and save the settings file. `saved` carries the running settings with the edits applied."""
+    """Edit and save the settings file. `saved` carries the running settings with the edits applied;
+    `outcome` then says what Save did to the file."""
 
     saved = Signal(object)
 
@@ -77,6 +78,7 @@ class SettingsDialog(QDialog):
         # Above the ask windows, which stay on top: opened from one, it must not hide behind it.
         self.setWindowFlag(Qt.WindowType.WindowStaysOnTopHint, True)
         self.current, self.path = current, path
+        self.outcome = ""
         self.engine = QComboBox()
         self.engine.setEditable(True)
         self.engine.addItems(ENGINES)
@@ -170,5 +172,13 @@ class SettingsDialog(QDialog):
             self.error.setText(str(exc))
             return
         self.error.setText("")
+        self.outcome = saved_sentence(self.path, changes)
         self.saved.emit(running)
         self.accept()
+
+
+def saved_sentence(path: Path, changes: dict) -> str:
+    """What Save did on disk, in one sentence: nothing is claimed saved that was not written."""
+    if not changes:
+        return f"Nothing changed, so {path} was not written."
+    return f"Settings saved to {path}."

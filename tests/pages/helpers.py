@@ -41,21 +41,9 @@ def to_grid(px: float, py: float, viewport=VIEWPORT) -> list[int]:
 
 
 def element_centres(url: str, selectors: list[str], wait_for: str | None = None, viewport=VIEWPORT) -> dict:
-    """Centre of each selector's box, as model coordinates, in a fresh browser (after `wait_for` shows)."""
-    from playwright.sync_api import sync_playwright
-
-    centres = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-        page.goto(url)
-        if wait_for:
-            page.wait_for_selector(wait_for, state="attached")
-        for sel in selectors:
-            box = page.locator(sel).bounding_box()
-            centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
-        browser.close()
-    return centres
+    """Centre of each selector's box, as model coordinates, in a fresh context (after `wait_for` shows)."""
+    plan = [("wait", wait_for)] if wait_for else []
+    return measure_along(url, plan + [("measure", sel) for sel in selectors], viewport)
 
 
 def click_at(point: list[int]) -> str:
@@ -103,7 +91,8 @@ def kill_browser_below(pid: int) -> bool:
 def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
     """Walk a page as the run will, measuring on the way: plan items are ("measure", selector) for an
     element's centre, ("point", name, js) for the CSS pixel [x, y] that the function `js` returns in the
-    page, ("click", selector) or ("goto", url); returns {selector or name: model point}."""
+    page, ("click", selector), ("goto", url) or ("wait", selector) until it is attached; returns
+    {selector or name: model point}. A fresh browser each time."""
     from playwright.sync_api import sync_playwright
 
     centres = {}
@@ -116,6 +105,8 @@ def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
                 page.click(sel)
             elif what == "goto":
                 page.goto(sel)
+            elif what == "wait":
+                page.wait_for_selector(sel, state="attached")
             elif what == "point":
                 centres[sel] = to_grid(*page.evaluate(js[0]), viewport)
             else:

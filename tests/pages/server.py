@@ -4,6 +4,7 @@ records what the pages post back, so a test can check the end state a run (or a 
     GET  /<file>.html       the page
     GET  /site/<file>.html  the page from site-a/ or site-b/, whichever version `site` names: one URL whose
                             page changes between two visits, the way a real site changes under a saved script
+    GET  /variant.js        `window.VARIANT = <variant>`: a page that builds itself from it changes between visits
     GET  /slow              answers after 0.4 s (the moving page's late content)
     POST /login             form post: recorded as "login", then 303 to /welcome?user=NAME
     GET  /welcome?user=N    "Welcome, N"
@@ -36,6 +37,7 @@ class PageServer:
     def __init__(self, die_on: tuple[str, ...] = ()):
         self.die_on = set(die_on)
         self.site = "a"  # which version /site/ serves
+        self.variant = ""  # what /variant.js tells a page (orders.html: how its table changed)
         self._records: list[tuple[str, dict]] = []
         self._lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), self._handler_class())
@@ -103,6 +105,8 @@ class PageServer:
                     return self._send(200, "Special offer: half price this week only!", "text/plain")
                 if parts.path == "/redirect":  # an open redirect, as many sites have one
                     return self._send(302, "", headers=[("Location", parse_qs(parts.query).get("to", ["/"])[0])])
+                if parts.path == "/variant.js":  # what a page built from script data shows this visit
+                    return self._send(200, f"window.VARIANT = {json.dumps(server.variant)};", "text/javascript")
                 if parts.path.startswith("/site/") and server.site in ("a", "b"):
                     self.path = f"/site-{server.site}/" + self.path.removeprefix("/site/")
                 if parts.path == "/welcome":

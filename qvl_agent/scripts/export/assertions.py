@@ -73,6 +73,10 @@ def end_state_assertions(
         line = field_assertion(code, item["state"], (filled or {}).get(target_key(item["locator"])))
         if line:
             lines.append(line)
+    for item in final.get("gone", []):  # the row the run deleted (or moved away) is not there any more
+        code = python_locator(item) if isinstance(item, dict) and item.get("kind") == "item" else None
+        if code and not lost:
+            lines.append(f"expect({code}).to_have_count(0)")
     new_text = final.get("new_text", [])
     if new_text and lost:
         lines.append("# not checked: the text that appeared at the end (it may come from a step not replayed)")

@@ -48,12 +48,12 @@ from pathlib import Path
 from qvl_agent.playwright.flags import CHROMIUM_ARGS
 from qvl_agent.scripts.export.assertions import end_state_assertions
 from qvl_agent.scripts.export.gate import check_export
-from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, target_key
+from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, q, target_key
 from qvl_agent.scripts.header import render_header, script_origins
 from qvl_agent.scripts.intent import comment as intent_comment
 from qvl_agent.scripts.intent import op_action, reason_of, step_intent
 from qvl_agent.scripts.literals import comment_text, docstring_text, lit
-from qvl_agent.secrets import PLACEHOLDER
+from qvl_agent.secrets import PLACEHOLDER, SECRET_NAME, env_name
 from qvl_agent.trace import write_private
 
 __all__ = ["Compiled", "compile_run", "export_run", "export_trace", "python_locator", "write_browser_info"]
@@ -82,20 +82,24 @@ Or:   python {filename} [--browser PATH] [--url URL] [--headed] [--timeout SECON
       (your own choice: then it has all of your rights; the browser comes from --browser, else
       $QVL_BROWSER, else Playwright's own Chromium; each step and check waits up to
       --timeout seconds, default 30)
-Exit status 0 when the page reaches the recorded end state, 1 when it does not.
+Exit status 0 when the page reaches the recorded end state, 1 when it does not (the failing step is
+named, in words), 2 when a secret it types is not set.
 Each step's `# intent:` line says what it meant, for `qvl-agent replay --heal`; python ignores it.
 """
 
 import argparse
+import json
 import os
 import re
 import sys
+import traceback
 
 from playwright.sync_api import Error, expect, sync_playwright
 
 START_URL = {start_url}
 VIEWPORT = {{"width": {width}, "height": {height}}}
 CHROMIUM_ARGS = {chromium_args}
+SECRETS = {secrets}  # the environment variables the steps type secrets from
 START_DIALOGS = {start_dialogs}
 
 
@@ -106,6 +110,7 @@ class Dialogs:
     def __init__(self, expected):
         self.expected = []
         self.unexpected = []
+        self.where = ""  # the line of replay() that met the first unexpected dialog, or "the end"
         for dialog in expected:
             self.expect(*dialog)
 
@@ -125,6 +130,8 @@ class Dialogs:
         else:
             self.unexpected.append("the page opened an unexpected " + dialog.type + " dialog " + repr(dialog.message)
                                    + " (it was dismissed)")
+            lines = [frame.lineno for frame in traceback.extract_stack() if frame.name == "replay"]
+            self.where = self.where or ("line " + str(lines[-1]) if lines else "the start")
             dialog.dismiss()
 
     def check(self, page, seconds):
@@ -135,6 +142,7 @@ class Dialogs:
         if self.unexpected:
             raise AssertionError(self.unexpected[0])
         if self.expected:
+            self.where = "the end"
             raise AssertionError("the recorded " + self.expected[0][0] + " dialog " + repr(self.expected[0][1])
                                  + " did not open")
 
@@ -153,6 +161,11 @@ def main():
     parser.add_argument("--headed", action="store_true", help="show the browser window")
     parser.add_argument("--timeout", type=float, default=30, help="seconds each step may wait (default 30)")
     args = parser.parse_args()
+    missing = [name for name in SECRETS if name not in os.environ]
+    if missing:
+        print(f"This script types a secret from ${{missing[0]}}, which is not set: set it first "
+              f"(export {{missing[0]}}=...).", file=sys.stderr)
+        return 2
     origin = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*", args.url).group(0)
     with sync_playwright() as p:
         try:
@@ -173,14 +186,56 @@ def main():
             replay(page, origin)
             DIALOGS.check(page, args.timeout)
         except (AssertionError, Error) as exc:
+            message = str(exc).strip().splitlines() or [type(exc).__name__]
             if DIALOGS.unexpected:  # what made the step fail, or the page take another way
-                exc = AssertionError(DIALOGS.unexpected[0])
-            print("Replay failed: " + str(exc).strip().splitlines()[0], file=sys.stderr)
+                message = [DIALOGS.unexpected[0]]
+            print(f"Replay failed at {{DIALOGS.where or failed_step(exc)}}: {{message[0]}}", file=sys.stderr)
+            for line in message[1:8]:  # Playwright's call log: what it waited for, and what it found
+                print("  " + line, file=sys.stderr)
+            keep_failure(os.environ.get("QVL_REPLAY_FAILURE_DIR"), browser, exc)
             return 1
         finally:
             browser.close()
     print("Replayed: the page reached the recorded end state.")
     return 0
+
+
+def failed_step(exc):
+    """Which step `exc` ended, in words, from the `# intent:` line above the line that raised it."""
+    lines = open(__file__, encoding="utf-8").read().splitlines()
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.name != "replay" or os.path.abspath(frame.filename) != os.path.abspath(__file__):
+            continue
+        for line in reversed(lines[: frame.lineno - 1]):
+            text = line.strip()
+            if text == "# the recorded end state":
+                return f"the recorded end state (line {{frame.lineno}})"
+            if text.startswith("# intent: "):
+                try:
+                    intent = dict(json.loads(text[len("# intent: ") :]))
+                except (ValueError, TypeError):
+                    intent = {{}}
+                what = [intent.get("action", "act on"), "the"]
+                what += [json.dumps(intent["name"], ensure_ascii=False)] if intent.get("name") else []
+                what += [intent.get("role") or "element"]
+                if intent.get("item"):
+                    what += ["in the item that says", json.dumps(intent["item"], ensure_ascii=False)]
+                return f"step {{intent.get('step', '?')}} ({{' '.join(what)}}, line {{frame.lineno}})"
+        return f"line {{frame.lineno}}"
+    return "the start"
+
+
+def keep_failure(folder, browser, exc):
+    """The whole message and a screenshot of each tab, in `folder` (qvl-agent replay's run folder)."""
+    if not folder:
+        return
+    with open(os.path.join(folder, "failure.log"), "w", encoding="utf-8") as log:
+        log.write(f"Replay failed at {{failed_step(exc)}}:\\n{{exc}}\\n")
+    for n, tab in enumerate(page for context in browser.contexts for page in context.pages):
+        try:
+            tab.screenshot(path=os.path.join(folder, f"failure-{{n + 1}}.png"), timeout=5000)
+        except Error:
+            pass  # a tab that closed or hangs has no picture to give
 
 
 if __name__ == "__main__":
@@ -230,6 +285,24 @@ def _loose(text: str) -> str:
     return r"[^/?#&]*".join(re.escape(part) for part in PLACEHOLDER.split(text)[::2])
 
 
+def _identity_check(intent: dict) -> list[str]:
+    """Before a step whose element was found by its place alone: a check that the element there still reads
+    what the recorded one read, so that another element moved into its place fails the step instead of
+    being acted on. (Every other locator names its element, or the item holding it, itself.)"""
+    if not intent.get("by_position") or not intent.get("name") or PLACEHOLDER.search(intent["name"]):
+        return []  # nothing to read, or a masked secret's placeholder rather than the text the page showed
+    code = python_locator(intent["locator"])
+    return [f"expect({code}).to_have_text({q(intent['name'])}, use_inner_text=True)"] if code else []
+
+
+def _secret_variables(steps: list[dict]) -> list[str]:
+    """The variables the steps read typed secrets from (`literals.typed_code`), for the script to ask for
+    before it starts rather than fail halfway."""
+    typed = [step.get("typed") or () for step in steps if step.get("ok", True)]
+    names = {value for segments in typed for kind, value in segments if kind == "secret"}
+    return sorted(env_name(name) for name in names if isinstance(name, str) and SECRET_NAME.fullmatch(name))
+
+
 def _reference_source() -> str:
     """The template with neutral values: what `export_gate` compares the script against."""
     return _TEMPLATE.format(
@@ -241,6 +314,7 @@ def _reference_source() -> str:
         width=1,
         height=1,
         chromium_args="[]",
+        secrets="[]",
         start_dialogs="[]",
         body="    pass",
     )
@@ -308,7 +382,9 @@ def compile_run(
         if op.comment:
             lines.append(f"# {comment_text(op.comment)}")  # a key named "\n" must not end the comment
         if op.code and op.target in intents:
-            lines.append(intent_comment(dict(intents[op.target], action=op_action(op.kind))))
+            intent = intents[op.target]
+            lines.append(intent_comment(dict(intent, action=op_action(op.kind))))
+            lines.extend(_identity_check(intent))
         lines.extend(op.code)
     checks = end_state_assertions(final, last_url, url_expr, compiler.lost, compiler.filled)
     if checks:
@@ -328,6 +404,7 @@ def compile_run(
         width=lit(int(viewport[0])),
         height=lit(int(viewport[1])),
         chromium_args=lit(SCRIPT_CHROMIUM_ARGS),
+        secrets=lit(_secret_variables(steps)),
         start_dialogs=lit([_dialog_args(d) for d in start_dialogs]),
         body=body,
     )

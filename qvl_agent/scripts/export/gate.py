@@ -32,12 +32,12 @@ __all__ = ["PLAYWRIGHT_ATTRS", "UnsafeScript", "check_export"]
 # keyboard, popup or `expect(...)` result.
 PLAYWRIGHT_ATTRS = frozenset(
     {
-        "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text", "locator",
+        "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text", "locator", "filter",
         "click", "dblclick", "fill", "check", "uncheck", "select_option", "press", "press_sequentially",
         "hover", "drag_to", "mouse", "keyboard", "move", "wheel", "down", "up", "type", "expect_popup",
         "value", "bring_to_front", "first", "append", "to_have_url", "to_have_value", "to_have_values",
         "to_have_text", "to_be_checked", "not_to_be_checked", "to_be_visible", "to_be_focused",
-        "expect_event", "is_closed", "wait_for_event",
+        "expect_event", "is_closed", "wait_for_event", "to_have_count",
     }
 )  # fmt: skip
 _LINE_END = re.compile(rb"\r\n|\r|\n")

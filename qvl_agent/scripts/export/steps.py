@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from qvl_agent.playwright import locate
 from qvl_agent.scripts.literals import lit, typed_code
 from qvl_agent.secrets import PLACEHOLDER
 
@@ -65,22 +66,26 @@ def q(text: str) -> str:
     return lit(text)
 
 
-def python_locator(locator: dict) -> str | None:
-    """Playwright code for a locator dict from `locate`; None for a point."""
-    kind = locator.get("kind")
-    if kind == "role":
-        return f"page.get_by_role({q(locator['role'])}, name={q(locator['name'])}, exact=True)"
-    if kind == "label":
-        return f"page.get_by_label({q(locator['text'])}, exact=True)"
-    if kind == "placeholder":
-        return f"page.get_by_placeholder({q(locator['text'])}, exact=True)"
-    if kind == "testid":
-        return f"page.get_by_test_id({q(locator['value'])})"
-    if kind == "text":
-        return f"page.get_by_text({q(locator['text'])}, exact=True)"
-    if kind == "css":
-        return f"page.locator({q(locator['selector'])})"
-    return None
+def python_locator(locator: dict, page: str = "page") -> str | None:
+    """Playwright code for a locator dict from `locate`, starting from `page`; None for a point."""
+    if locator.get("kind") == "point":
+        return None
+    try:
+        calls = locate.chain(locator)
+    except (KeyError, TypeError, ValueError):
+        return None
+    return _chain_code(page, calls)
+
+
+def _chain_code(page: str, calls: list) -> str:
+    def argument(value) -> str:
+        return _chain_code(page, value) if isinstance(value, list) else lit(value)
+
+    code = page
+    for method, args, keywords in calls:
+        written = [argument(a) for a in args] + [f"{k}={argument(v)}" for k, v in keywords.items()]
+        code += f".{method}({', '.join(written)})"
+    return code
 
 
 def target_key(locator: dict | None) -> str:

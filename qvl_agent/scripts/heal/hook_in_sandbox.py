@@ -123,14 +123,22 @@ def _selector(locator) -> str:
     return getattr(locator._impl_obj, "_selector", "")
 
 
-def _intent_for(state: _State, line: int, selector: str, page) -> dict | None:
-    """The step's intent: the comment right above its code (only code between them). Else, for the
-    end-state checks at the bottom, the intent that recorded exactly this locator."""
+def _own_intent(state: _State, line: int) -> dict | None:
+    """The intent comment right above the step's code (only code between them), or None."""
     for n in range(min(line, len(state.lines)) - 1, 0, -1):
         if n in state.intents:
             return state.intents[n]
         if state.lines[n] != "code":
             break
+    return None
+
+
+def _intent_for(state: _State, line: int, selector: str, page) -> dict | None:
+    """The step's intent: the comment right above its code (only code between them). Else, for the
+    end-state checks at the bottom, the intent that recorded exactly this locator."""
+    own = _own_intent(state, line)
+    if own is not None:
+        return own
     same = []
     for n, intent in state.intents.items():
         try:
@@ -440,6 +448,8 @@ def _wrap_assertion(state: _State, cls, name: str) -> None:
             return original(self, *args, **probe)
         except (AssertionError, _playwright_error()) as exc:
             broken = _broken(exc, locator)
+            if not broken and (_own_intent(state, where["line"]) or {}).get("by_position"):
+                broken = "drifted"  # a step's identity check: another element now stands where its element stood
             if not broken or broken == "cover":
                 if "timeout" in kwargs:
                     raise

@@ -90,6 +90,7 @@ def heal_replay(
     secrets: Mapping[str, str] | None = None,
     allow_files: Sequence[str] = (),
     before_start: Callable[[Grant], None] | None = None,
+    step_timeout_s: float | None = None,
 ) -> HealResult:
     """Replay `script` sandboxed, healing broken steps with the model behind `ask` (`engine_name` goes into
     the report); see the module docstring.
@@ -111,7 +112,7 @@ def heal_replay(
                 script, browser=browser, timeout_s=timeout_s, output=output, allow=allow, url=url, memory_mb=memory_mb,
                 secrets=secrets, binds=[Bind(str(sock), "/sandbox/heal.sock"), Bind(str(config), CONFIG_INSIDE),
                        Bind(str(LOCATE), "/sandbox/qvl_locate.py")],
-                init_hooks=[HOOK], allow_files=allow_files, before_start=before_start,
+                init_hooks=[HOOK], allow_files=allow_files, before_start=before_start, step_timeout_s=step_timeout_s,
             )  # fmt: skip
         finally:
             service.stop()

@@ -9,7 +9,7 @@ inserts, before the statement that was blocked, `page.add_locator_handler(<its b
 found.click())`: Playwright then dismisses the layer whenever it shows, so the healed script also works
 in a fresh browser where it shows first, and where it never shows.
 
-The text is produced by writing each new node (its strings through the exporter's `string_literal`)
+The text is produced by writing each new node (as the exporter writes it: `steps.python_locator`)
 where the old node stood, so comments (the
 step and intent lines) and the rest of the layout stay as they were; then the whole result is parsed again
 and must equal, node for node, the original tree with exactly these replacements made in the tree itself.
@@ -25,7 +25,9 @@ import re
 from dataclasses import dataclass
 
 from qvl_agent.errors import QvlError
-from qvl_agent.scripts.literals import string_literal
+from qvl_agent.playwright import locate
+from qvl_agent.scripts import intent
+from qvl_agent.scripts.export.steps import python_locator
 
 FACTORIES = {"locator", "get_by_role", "get_by_label", "get_by_placeholder", "get_by_test_id", "get_by_text",
              "get_by_alt_text", "get_by_title", "frame_locator", "nth", "first", "last", "filter"}  # fmt: skip
@@ -48,35 +50,37 @@ class Edit:
     cover: bool = False
 
 
-def _parts(locator: dict) -> tuple[str, str, dict]:
-    """(method, its one argument, its keywords) for a locator dict from `locate.py`."""
-    kind = locator.get("kind")
-    if kind == "role":
-        return "get_by_role", locator["role"], {"name": locator["name"], "exact": True}
-    if kind in ("label", "placeholder", "text"):
-        return f"get_by_{kind}", locator["text"], {"exact": True}
-    if kind == "testid":
-        return "get_by_test_id", locator["value"], {}
-    if kind == "css":
-        return "locator", locator["selector"], {}
-    raise RewriteError(f"A {kind} locator cannot be written into a script.")
+def _calls(locator: dict) -> list:
+    try:
+        return locate.chain(locator)
+    except (KeyError, TypeError, ValueError):
+        raise RewriteError(f"A {locator.get('kind')} locator cannot be written into a script.") from None
 
 
 def locator_node(page: ast.expr, locator: dict) -> ast.expr:
     """`page.get_by_role("button", name="Save", exact=True)` and the like, as a node."""
-    method, arg, keywords = _parts(locator)
-    func = ast.Attribute(copy.deepcopy(page), method, ast.Load())
-    return ast.Call(func, [ast.Constant(str(arg))], [ast.keyword(k, ast.Constant(v)) for k, v in keywords.items()])
+
+    def build(calls: list) -> ast.expr:
+        node = copy.deepcopy(page)
+        for method, args, keywords in calls:
+            node = ast.Call(
+                ast.Attribute(node, method, ast.Load()),
+                [value(a) for a in args],
+                [ast.keyword(k, value(v)) for k, v in keywords.items()],
+            )
+        return node
+
+    def value(v) -> ast.expr:
+        return build(v) if isinstance(v, list) else ast.Constant(v)
+
+    return build(_calls(locator))
 
 
 def locator_code(page: ast.expr, locator: dict) -> str:
     """The same as source, its strings written by the exporter's own literal builder (double quotes, every
     unprintable character escaped), as the rest of an exported script."""
-    method, arg, keywords = _parts(locator)
-    args = [string_literal(str(arg))]
-    for key, value in keywords.items():
-        args.append(f"{key}={string_literal(value) if isinstance(value, str) else repr(value)}")
-    return f"{ast.unparse(page)}.{method}({', '.join(args)})"
+    _calls(locator)  # the same refusal as locator_node
+    return python_locator(locator, ast.unparse(page)) or ""
 
 
 def _call_at(tree: ast.AST, edit: Edit) -> ast.Call | None:
@@ -159,6 +163,7 @@ def healed_source(source: str, edits: list[Edit]) -> str:
     text_edits: list[tuple[int, int, str]] = []
     done: set[tuple[int, int, str, bool]] = set()
     inserted: set[tuple[int, str]] = set()
+    intents_done: set[int] = set()
     for edit in edits:
         key = (edit.end_line, edit.end_col, edit.method, edit.cover)
         if key in done:
@@ -174,6 +179,9 @@ def healed_source(source: str, edits: list[Edit]) -> str:
                 f"Line {node.lineno} keeps its locator in a variable, so the healed locator cannot be written there."
             )
         new, code = locator_node(page, edit.locator), locator_code(page, edit.locator)
+        if not edit.cover:
+            _, stmt = _statement_of(tree, call)
+            text_edits += _healed_intent(lines, starts, stmt.lineno, edit.locator, intents_done)
         if edit.cover:
             body, stmt = _statement_of(tree, call)
             click = ast.Call(ast.Attribute(ast.Name("found", ast.Load()), "click", ast.Load()), [], [])
@@ -227,6 +235,35 @@ def healed_source(source: str, edits: list[Edit]) -> str:
     if ast.dump(rebuilt) != ast.dump(expected):
         raise RewriteError("The healed script's syntax differs from the planned change; nothing was written.")
     return result
+
+
+def _healed_intent(lines: list[str], starts: list[int], line: int, locator: dict, done: set[int]) -> list:
+    """The text edit that rewrites the `# intent:` comment above the statement on `line` (only code between
+    them) to say what the step's element is now: its role, name, item and locator. A second heal then asks
+    for the element as the page shows it now, not as it was recorded. A comment changes no syntax."""
+    at = line - 2
+    while at >= 0 and lines[at].strip() and not lines[at].lstrip().startswith("#"):
+        at -= 1  # code of the same step (its check, or a statement spanning lines)
+    if at < 0 or at in done or not lines[at].lstrip().startswith(intent.PREFIX):
+        return []
+    found = intent.parse(lines[at])
+    if found is None:
+        return []
+    done.add(at)
+    found = {k: v for k, v in found.items() if k not in ("name", "item", "by_position", "locator")}
+    own = locator.get("inner", {}) if locator.get("kind") == "within" else locator
+    if own.get("kind") == "role":
+        found.update(role=own["role"], name=own["name"])
+    elif own.get("kind") in ("label", "placeholder", "text"):
+        found["name"] = own["text"]
+    if locator.get("kind") == "within":
+        found["item"] = locator["has_text"]
+    elif locator.get("kind") == "css":
+        found["by_position"] = True
+    found["locator"] = locator
+    text = lines[at].rstrip("\r\n")
+    indent = text[: len(text) - len(text.lstrip())]
+    return [(starts[at], starts[at] + len(text), indent + intent.comment(found))]
 
 
 def _one_arg(name: str) -> ast.arguments:

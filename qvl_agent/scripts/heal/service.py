@@ -78,8 +78,15 @@ def _text(value, limit: int = MAX_TEXT) -> str:
     return str(value)[:limit] if isinstance(value, str | int | float) else ""
 
 
-def clean_locator(value) -> dict | None:
+def clean_locator(value, inner: bool = False) -> dict | None:
     """A locator dict from inside, accepted only in the shape `locate.py` makes; None otherwise."""
+    if isinstance(value, dict) and value.get("kind") == "within" and not inner:
+        found = clean_locator({"kind": "css", "selector": value.get("item")}, inner=True)
+        has = clean_locator({"kind": "text", "text": value.get("has_text")}, inner=True)
+        held = clean_locator(value.get("inner"), inner=True)
+        if found and has and held:
+            return {"kind": "within", "item": found["selector"], "has_text": has["text"], "inner": held}
+        return None
     if not isinstance(value, dict) or value.get("kind") not in LOCATOR_FIELDS:
         return None
     fields = LOCATOR_FIELDS[value["kind"]]
@@ -95,8 +102,10 @@ def clean_intent(value) -> dict:
     out = {k: _text(value[k], 200) for k in ("action", "role", "name", "near", "reason") if k in value}
     if isinstance(value.get("step"), int) and not isinstance(value.get("step"), bool):
         out["step"] = value["step"]
-    if isinstance(value.get("locator"), dict) and value["locator"].get("kind") in LOCATOR_FIELDS:
+    if isinstance(value.get("locator"), dict) and value["locator"].get("kind") in (*LOCATOR_FIELDS, "within"):
         out["locator"] = {"kind": value["locator"]["kind"]}
+    if "item" in value:
+        out["item"] = _text(value["item"], 200)
     return {k: v for k, v in out.items() if v != ""}  # type: ignore[misc]
 
 

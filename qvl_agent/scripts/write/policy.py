@@ -9,14 +9,15 @@ to the model, which writes a better script:
 - modules that a Playwright script has no use for, because they do the page's work around the page
   (subprocess, socket, requests, ...), or that are not installed here;
 - running other programs or code from text (`os.system`, `eval`, `exec`, `__import__`), `input()`;
-- attaching to a browser instead of launching a fresh one (`connect_over_cdp`), a headed browser;
+- attaching to a browser instead of launching a fresh one (`connect_over_cdp`);
 - a file written to an absolute path or outside the working folder (only files in it are kept).
 
 Ordinary code passes: printing in loops, `open()` for a CSV, `os.makedirs`, paths built at run time,
-argparse, classes, `getattr`. Python's reflection means any lint over it can be bypassed, so nothing here
-stands between a script and the machine: every run of a script (verification, `qvl-agent replay`, the
-tray, the MCP server) goes through the bubblewrap sandbox (`qvl_agent/sandbox/`), which is the wall. It works on
-the syntax tree only; it never imports or runs the script.
+argparse, classes, `getattr`, a headed browser (`headless=False`: the sandbox runs it headless). Python's
+reflection means any lint over it can be bypassed, so nothing here stands between a script and the machine:
+every run of a script (verification, `qvl-agent replay`, the tray, the MCP server) goes through the bubblewrap
+sandbox (`qvl_agent/sandbox/`), which is the wall. It works on the syntax tree only; it never imports or runs
+the script.
 """
 
 from __future__ import annotations
@@ -103,8 +104,6 @@ class _Checker(ast.NodeVisitor):
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else ""
         for kw in node.keywords:
-            if kw.arg == "headless" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
-                self.fail(node, "headless=False needs a display, and the script runs without one: leave it out")
             if kw.arg == "path" and name in WRITES_TO_PATH:
                 self._check_path(node, kw.value)
         if name == "save_as" and node.args:
