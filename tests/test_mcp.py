@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import threading
+import zipfile
 from pathlib import Path
 
 import anyio
@@ -284,6 +285,9 @@ def test_browse_returns_the_outcome_and_the_exported_script(x_display, tmp_path)
         assert 'get_by_role("textbox", name="Username", exact=True).fill("alice")' in script
         assert "qvl_agent" not in script
         assert Path(result.structured_content["report"]).is_file()
+        # Playwright's own trace of the run, beside the report that links it
+        trace = zipfile.ZipFile(Path(result.structured_content["trace_dir"]) / "trace.zip").namelist()
+        assert {"trace.trace", "trace.network"} <= set(trace)
     finally:
         pages.stop()
 

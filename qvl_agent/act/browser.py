@@ -172,8 +172,7 @@ class BrowserExecutor:
             )
             self.context.set_default_timeout(ACTION_TIMEOUT_MS)
             if playwright_trace is not None:
-                self.context.tracing.start(screenshots=True, snapshots=True)
-                self._trace_path = Path(playwright_trace)
+                self.keep_playwright_trace(playwright_trace)
             self.context.add_init_script(_MUTATION_CLOCK)
             self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
@@ -205,6 +204,15 @@ class BrowserExecutor:
         page.on("request", lambda r: self._inflight.add(r))
         page.on("requestfinished", lambda r: self._inflight.discard(r))
         page.on("requestfailed", self._on_request_failed)
+
+    def keep_playwright_trace(self, path: str | Path) -> None:
+        """Record Playwright's trace from now on (DOM snapshots, screenshots, network, console); `close()`
+        saves it to `path`."""
+        try:
+            self.context.tracing.start(screenshots=True, snapshots=True)
+        except self._error_type as exc:
+            self._fail(exc)
+        self._trace_path = Path(path)
 
     def answer_dialogs_with(self, answer: DialogAnswer | None) -> list[dict]:
         """Answer each dialog from now on through `answer` (None: dismiss); returns those dismissed so far."""

@@ -18,7 +18,7 @@ from qvl_agent.config import Settings
 from qvl_agent.engine import STATS_KEYS, Engine, GenerationOptions
 from qvl_agent.errors import QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
-from qvl_agent.trace import TraceWriter, default_trace_dir
+from qvl_agent.trace import PLAYWRIGHT_TRACE, TraceWriter, default_trace_dir
 
 MODES = ("dry-run", "auto")
 VIEWPORT = (1280, 800)
@@ -228,6 +228,7 @@ class ScreenTools:
                 trace = TraceWriter(default_trace_dir())
                 try:
                     write_browser_info(trace.dir, url, VIEWPORT)
+                    executor.keep_playwright_trace(trace.dir / PLAYWRIGHT_TRACE)  # saved when it closes
                     # The run acts only inside its own fresh browser profile: the guard does not ask, and
                     # keys reach the page, never the system.
                     guard = Guard.for_settings(self.settings, "auto", allow_keys=True)
