@@ -35,8 +35,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from qvl_agent import actions as A
-from qvl_agent.act.base import ActionResult, Dialog, DialogAnswer
+from qvl_agent.act.base import ActionResult, DialogAnswer
 from qvl_agent.act.confine import HostProxy
+from qvl_agent.act.dialogs import PageDialogs, answered
 from qvl_agent.act.keys import PLAYWRIGHT, canonical
 from qvl_agent.act.netguard import NetworkGuard, allowed_host
 from qvl_agent.errors import ActionError, BrowserError, UsageError
@@ -134,10 +135,7 @@ class BrowserExecutor:
         self._failed_navigation = ""
         self._touched: list[tuple[object, Located]] = []  # (the page it is on, the element)
         self._text_before_last_click: str | None = None
-        self._answer: DialogAnswer | None = None
-        self._acting = ""  # the action in flight, as `describe` writes it
-        self._action_dialogs: list[dict] = []  # answered while that action was in flight
-        self._unasked: list[dict] = []  # dismissed before anyone could be asked
+        self._dialogs = PageDialogs(PlaywrightError)
         # --allow-domain: navigations to other hosts are aborted and reported with the next action's result;
         # secrets go to allowed hosts only; the MCP server keeps runs off local addresses (`netguard`).
         start_host = urlsplit(url).hostname
@@ -176,7 +174,7 @@ class BrowserExecutor:
             self.context.add_init_script(_MUTATION_CLOCK)
             self.context.add_init_script(KEY_LISTENERS_JS)
             self.context.on("page", self._adopt)
-            self.context.on("dialog", self._on_dialog)  # every tab's, also one opened later
+            self.context.on("dialog", self._dialogs.on_dialog)  # every tab's, also one opened later
             if self._guard.active:
                 self.context.route("**/*", self._guard.handle)
             self.page = self.context.new_page()
@@ -216,35 +214,7 @@ class BrowserExecutor:
 
     def answer_dialogs_with(self, answer: DialogAnswer | None) -> list[dict]:
         """Answer each dialog from now on through `answer` (None: dismiss); returns those dismissed so far."""
-        self._answer = answer
-        unasked, self._unasked = self._unasked, []
-        return unasked
-
-    def _on_dialog(self, dialog) -> None:
-        """Answer a dialog at once (its page is blocked until then). Never raises: this runs inside
-        Playwright's event dispatch, where an exception would leave the dialog open and the action hanging."""
-        try:
-            url = dialog.page.url if dialog.page is not None else ""
-        except self._error_type:
-            url = ""
-        seen = Dialog(dialog.type, dialog.message, dialog.default_value, url, self._acting)
-        choice = self._answer(seen) if self._answer is not None else A.HandleDialog(False)
-        try:
-            if choice.accept and choice.text is not None and seen.kind == "prompt":
-                dialog.accept(choice.text)
-            elif choice.accept:
-                dialog.accept()
-            else:
-                dialog.dismiss()
-        except self._error_type:
-            pass  # its page closed meanwhile
-        record = {"type": seen.kind, "message": seen.message, "accept": choice.accept}
-        if choice.accept and choice.text is not None and seen.kind == "prompt":
-            record["text"] = choice.text
-        if self._answer is None:
-            self._unasked.append(record)
-        elif self._acting:
-            self._action_dialogs.append(record)
+        return self._dialogs.answer_with(answer)
 
     def _adopt(self, page) -> None:
         """A link that opens a new tab: the run follows it, as a person would."""
@@ -347,17 +317,17 @@ class BrowserExecutor:
         if self._tab():  # the exporter follows the run into a tab it opened (or back)
             detail["tab"] = self._tab()
         self._last_url = detail["url"]
-        self._acting, self._action_dialogs = A.describe(action), []
+        self._dialogs.acting = A.describe(action)
         try:
             self._perform(action, shot, detail)
         except self._error_type as exc:
             self._fail(exc)
         finally:
-            self._acting = ""
+            opened = self._dialogs.end_action()
         message = "done"
-        if self._action_dialogs:  # what export expects before this step, and what the model reads next
-            detail["dialogs"] = self._action_dialogs
-            message += "".join(f"; {answered(d)}" for d in self._action_dialogs)
+        if opened:  # what export expects before this step, and what the model reads next
+            detail["dialogs"] = opened
+            message += "".join(f"; {answered(d)}" for d in opened)
         if self._guard.active:
             try:
                 self.page.wait_for_timeout(BLOCK_NOTICE_MS)  # lets a navigation the action started reach the route
@@ -594,15 +564,6 @@ class BrowserExecutor:
         if self._tab():
             final["tab"] = self._tab()
         return final
-
-
-def answered(record: dict) -> str:
-    """ "it opened a confirm dialog 'Delete?', which was accepted" for a recorded dialog."""
-    dialog = Dialog(record["type"], record["message"])
-    how = "accepted" if record["accept"] else "dismissed"
-    if "text" in record:
-        how += f" with the text {record['text']!r}"
-    return f"it opened {dialog.describe()}, which was {how}"
 
 
 def _first_line(exc: Exception) -> str:
