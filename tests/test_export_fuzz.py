@@ -155,6 +155,8 @@ def test_ten_thousand_random_values_export_scripts_that_hold_only_the_calls_the_
                 assert isinstance(node.value, ast.Constant)  # the docstring stays a plain string
             elif isinstance(node, ast.Assign) and node.targets[0].id == "START_URL":
                 assert isinstance(node.value, ast.Constant)
+            elif isinstance(node, ast.Assign) and node.targets[0].id in ("SECRETS", "START_DIALOGS"):
+                assert ast.literal_eval(node.value) is not None  # the variables it reads; dialogs at the start
             else:
                 assert ast.dump(node) == fixed[i]
         secret = PLACEHOLDER.pattern.replace("[A-Za-z_][A-Za-z0-9_]*", "|".join(DECLARED.values))
