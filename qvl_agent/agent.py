@@ -171,6 +171,7 @@ class Agent:
         self._deferred: BaseException | None = None  # a stop or timeout met while answering a dialog
         self._dialog_records: list[dict] = []  # dialog steps, written after the step they interrupted
         self._record: dict | None = None  # the step under way
+        self._typed_in_dialogs: list = []  # what prompts got during the action in flight (`Secrets.segments`)
 
     # --- prompts and context --------------------------------------------------------------------------
 
@@ -422,6 +423,7 @@ class Agent:
                 self.guard.sleep(action.seconds)  # wakes at once on the emergency stop
                 result = ActionResult(True, f"waited {action.seconds:g} s")
             else:
+                self._typed_in_dialogs = []
                 try:
                     if isinstance(action, A.HandleDialog):
                         raise ActionError(
@@ -440,6 +442,10 @@ class Agent:
                         raise ActionError(message) from None
                     raise
                 result = ActionResult(result.ok, self.secrets.mask(result.message), self.secrets.mask(result.detail))
+                for opened, typed in zip(result.detail.get("dialogs", ()), self._typed_in_dialogs, strict=False):
+                    if typed is not None and "text" in opened:
+                        opened["typed"] = typed  # for the export, as in the dialog's own step
+                self._typed_in_dialogs = []
                 if self.executor.name == "dry-run":
                     self._would_do.append(describe_pixels(action, pixels))
                 if isinstance(action, A.Type):
@@ -531,8 +537,13 @@ class Agent:
         message = _dialog_line(answered) + (f" ({why})" if why else "")
         if why:
             record["error"] = why
+        if choice.accept and choice.text is not None and dialog.kind == "prompt":
+            # What the prompt got, as the model wrote it: the export reads a secret where it typed a
+            # declared placeholder (the trace holds names, never values).
+            answered["typed"] = self.secrets.segments(choice.text)
         if dialog.during:
             answered["during"] = dialog.during
+            self._typed_in_dialogs.append(answered.get("typed"))
         record["actions"] = [A.to_arguments(choice)]
         record["results"] = [
             {"action": A.describe(choice), "ok": True, "message": message, "detail": {"dialog": answered}}

@@ -14,7 +14,7 @@ from qvl_agent.agent import Agent
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Screenshot
 from qvl_agent.parse import parse_actions
-from qvl_agent.scripts.export.exporter import _reference_source, compile_run
+from qvl_agent.scripts.export.exporter import _reference_source, compile_run, steps_from_trace
 from qvl_agent.scripts.export.gate import UnsafeScript, check_export
 from qvl_agent.secrets import Secrets
 from qvl_agent.trace import TraceWriter, read_trace
@@ -152,8 +152,11 @@ def test_a_secret_typed_into_a_prompt_reaches_the_page_and_never_the_trace(tmp_p
     class Echoing(DialogExecutor):  # the page's message repeats the secret's value
         def execute(self, action, shot):
             result = RecordingExecutor.execute(self, action, shot)
-            if isinstance(action, A.LeftClick):
-                self.answers.append(self.answer(Dialog("prompt", "PIN for 4711-secret?", during="click")))
+            if isinstance(action, A.LeftClick):  # recorded as the browser executor records it
+                choice = self.answer(Dialog("prompt", "PIN for 4711-secret?", during="click"))
+                self.answers.append(choice)
+                opened = {"type": "prompt", "message": "PIN for 4711-secret?", "accept": True, "text": choice.text}
+                return ActionResult(True, result.message, dict(result.detail, dialogs=[opened]))
             return result
 
     executor = Echoing()
@@ -167,3 +170,8 @@ def test_a_secret_typed_into_a_prompt_reaches_the_page_and_never_the_trace(tmp_p
     text = (tmp_path / "trace.jsonl").read_text()
     assert "4711-secret" not in text and "{{PIN}}" in text
     assert "4711-secret" not in agent.engine.requests[1].text  # nor does the model see it in the message
+    steps = read_trace(tmp_path).steps
+    assert steps[0]["results"][0]["detail"]["dialogs"][0]["typed"] == [["secret", "PIN"]]
+    source = compile_run(URL, steps_from_trace(read_trace(tmp_path)), None).source
+    assert 'DIALOGS.expect("prompt", "PIN for {{PIN}}?", True, os.environ["QVL_SECRET_PIN"])' in source
+    assert 'SECRETS = ["QVL_SECRET_PIN"]' in source  # asked for before the browser starts

@@ -52,7 +52,7 @@ from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, q, 
 from qvl_agent.scripts.header import render_header, script_origins
 from qvl_agent.scripts.intent import comment as intent_comment
 from qvl_agent.scripts.intent import op_action, reason_of, step_intent
-from qvl_agent.scripts.literals import comment_text, docstring_text, lit
+from qvl_agent.scripts.literals import comment_text, docstring_text, lit, typed_code
 from qvl_agent.secrets import PLACEHOLDER, SECRET_NAME, env_name
 from qvl_agent.trace import write_private
 
@@ -276,8 +276,13 @@ def _dialog_args(dialog: dict) -> list:
 
 
 def _expect_dialog(dialog: dict) -> str:
-    """`DIALOGS.expect(...)` for a recorded dialog and its answer; every value through `lit`."""
-    return f"DIALOGS.expect({', '.join(lit(arg) for arg in _dialog_args(dialog))})"
+    """`DIALOGS.expect(...)` for a recorded dialog and its answer; every value through `lit`, and a prompt's
+    text recorded as segments (`Secrets.segments`) through `typed_code`, so a secret is read where the model
+    typed its placeholder."""
+    args = [lit(arg) for arg in _dialog_args(dialog)]
+    if len(args) == 4 and isinstance(dialog.get("typed"), list):
+        args[3] = typed_code(dialog["typed"])
+    return f"DIALOGS.expect({', '.join(args)})"
 
 
 def _loose(text: str) -> str:
@@ -299,6 +304,11 @@ def _secret_variables(steps: list[dict]) -> list[str]:
     """The variables the steps read typed secrets from (`literals.typed_code`), for the script to ask for
     before it starts rather than fail halfway."""
     typed = [step.get("typed") or () for step in steps if step.get("ok", True)]
+    for step in steps:  # what prompt() dialogs got
+        detail = step.get("detail") or {}
+        for dialog in [*(detail.get("dialogs") or ()), *([detail["dialog"]] if "dialog" in detail else [])]:
+            if isinstance(dialog, dict) and isinstance(dialog.get("typed"), list):
+                typed.append(dialog["typed"])
     names = {value for segments in typed for kind, value in segments if kind == "secret"}
     return sorted(env_name(name) for name in names if isinstance(name, str) and SECRET_NAME.fullmatch(name))
 
