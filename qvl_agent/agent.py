@@ -537,7 +537,7 @@ class Agent:
         message = _dialog_line(answered) + (f" ({why})" if why else "")
         if why:
             record["error"] = why
-        if choice.accept and choice.text is not None and dialog.kind == "prompt":
+        if self.secrets and choice.accept and choice.text is not None and dialog.kind == "prompt":
             # What the prompt got, as the model wrote it: the export reads a secret where it typed a
             # declared placeholder (the trace holds names, never values).
             answered["typed"] = self.secrets.segments(choice.text)
