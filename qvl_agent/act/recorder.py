@@ -1,0 +1,579 @@
+"""Recording a person's work in a headed Chromium as the steps of a browser run (`qvl-agent record`).
+
+The recorder is the browser executor turned around: the same browser, context, tab bookkeeping and end
+state (`BrowserExecutor`), but the actions come from the person. A script installed in every frame before
+the page's own (`CAPTURE_JS`) listens in the capture phase, for trusted events only, and hands each one to
+the recorder through a Playwright binding:
+
+  - `pointerdown`: the element a click will act on (the same choice as `locate`, made in the page) and its
+    state, read before the click changes anything; the page's text, for the end state's "what appeared";
+  - `beforeinput` (the first of a run of typing into one field): the field and its value before it;
+  - `keydown`: Enter, Tab, Escape, arrows and other named keys, and chords, with the focused element;
+  - `change` of a `<select>`: its state before and after the choice.
+
+Each becomes one step in exactly the shape the executor records (`left_click`, `type`, `key`, with a
+`detail` holding the locator, the element, its state before and after, the URL, the pixel, the tab) and
+`"by": "person"`, so `export.exporter.export_trace` compiles it as it compiles a model's run: a click and
+the typing that follows become one `fill` of the value the field ended with, a checkbox click `check`, a
+choice `select_option`. A step is written when the next one starts (or the recording stops), because its
+"after" state is what the element shows then.
+
+The element is resolved to its locator (`locate.resolve_handle`) while the person still holds the mouse
+button. When Python is slower than the person's finger, the page's `click` is held back until the step is
+resolved and then dispatched again (an untrusted click on the same element, with the same coordinates):
+a click that deletes its own row still finds the row.
+
+A password field's value never reaches the trace: when typing into one ends, its value becomes a secret
+(`PASSWORD`, or a name from the field's label), which is masked (`Secrets.mask`) in every step, in the end
+state and in the URL; the export reads it from `$QVL_SECRET_NAME` (`typed`).
+
+The page can call the binding itself: every payload is checked for the recording's nonce and its shape
+before anything is read from it, and the element the step is about is taken from the page's own event
+(by id, from the capture script's table), never from a description the page could forge.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import secrets as token
+from dataclasses import dataclass, field
+
+from qvl_agent.act.browser import BrowserExecutor
+from qvl_agent.errors import QvlError
+from qvl_agent.image import GRID, Screenshot, load_image_bytes
+from qvl_agent.playwright.locate import (
+    INTERACTIVE,
+    STATE_JS,
+    TARGET_JS,
+    Located,
+    element_state,
+    point_on,
+    resolve_handle,
+)
+from qvl_agent.secrets import SECRET_NAME, Secrets
+
+BINDING = "__qvlRecord"
+MAX_TEXT = 200_000  # the page text kept for "what appeared after the last click"
+HOLD_CLICK_MS = 3000  # the longest a click waits for its step to be resolved
+
+# {nonce}, {binding}, {target}, {state}, {interactive} are filled in by `capture_script`.
+CAPTURE_JS = """((nonce, binding, sel) => {
+  const mark = '__qvlRecording_' + nonce;
+  if (window[mark]) return;
+  Object.defineProperty(window, mark, {value: true});
+  const TARGET = %(target)s;
+  const STATE = %(state)s;
+  const targets = new Map();
+  let next = 0;
+  const keep = (el) => {
+    next += 1;
+    targets.set(next, el);
+    if (targets.size > 500) targets.delete(targets.keys().next().value);
+    return next;
+  };
+  Object.defineProperty(window, '__qvlTarget_' + nonce, {value: (id) => targets.get(id) || null});
+  let call = window[binding];
+  const send = (payload) => {
+    if (typeof call !== 'function') call = window[binding];
+    if (typeof call !== 'function') return Promise.resolve();
+    payload.nonce = nonce;
+    payload.url = String(location.href);
+    try { return Promise.resolve(call(payload)).catch(() => {}); } catch (e) { return Promise.resolve(); }
+  };
+  const state = (el) => { try { return STATE(el); } catch (e) { return null; } };
+  const deep = (e) => (e.composedPath && e.composedPath()[0]) || e.target;
+  const element = (n) => n && n.nodeType === 1 ? n : null;
+  const TEXT_TYPES = new Set(['', 'text', 'email', 'password', 'search', 'tel', 'url', 'number', 'date', 'time',
+                              'datetime-local', 'month', 'week']);
+  const isField = (t) => !!t && ((t.tagName === 'INPUT' && TEXT_TYPES.has((t.getAttribute('type') || '').toLowerCase()))
+                                 || t.tagName === 'TEXTAREA' || t.isContentEditable);
+  const NAMED = new Set(['Enter', 'Tab', 'Escape', 'ArrowUp', 'ArrowDown', 'ArrowLeft', 'ArrowRight', 'PageUp',
+                         'PageDown', 'Home', 'End', 'Delete', 'Backspace', ' ', 'F1', 'F2', 'F3', 'F4', 'F5', 'F6',
+                         'F7', 'F8', 'F9', 'F10', 'F11', 'F12']);
+  const keyName = (e) => {
+    const modifier = ['Control', 'Shift', 'Alt', 'Meta', 'AltGraph', 'CapsLock', 'Dead', 'Unidentified'];
+    if (modifier.includes(e.key)) return null;
+    const mods = (e.ctrlKey ? 'Control+' : '') + (e.altKey ? 'Alt+' : '') + (e.metaKey ? 'Meta+' : '');
+    const key = e.key === ' ' ? 'Space' : e.key;
+    if (mods) return mods + (e.shiftKey ? 'Shift+' : '') + (key.length === 1 ? key.toLowerCase() : key);
+    if (!NAMED.has(e.key)) return null;
+    return (e.shiftKey ? 'Shift+' : '') + key;
+  };
+  // In a field the value records the editing: only keys that leave it or act on the page are steps.
+  const FIELD_KEYS = new Set(['Enter', 'Tab', 'Shift+Tab', 'Escape']);
+  const EDIT_CHORD = /^(Control|Meta)\\+[acvxyz]$/;
+  let typing = null, waiting = null;
+  const selects = new WeakMap();
+
+  addEventListener('pointerdown', (e) => {
+    if (!e.isTrusted) return;
+    typing = null;
+    let t = null;
+    try { t = TARGET([e.clientX, e.clientY, sel]); } catch (err) { t = null; }
+    t = element(t) || element(deep(e));
+    if (!t) return;
+    if (t.tagName === 'SELECT') selects.set(t, state(t));
+    let text = '';
+    try { text = document.body ? document.body.innerText.slice(0, %(max_text)d) : ''; } catch (err) {}
+    const sent = send({kind: 'pointer', id: keep(t), button: e.button, count: e.detail, x: e.clientX,
+                       y: e.clientY, state: state(t), text});
+    const held = Promise.race([sent, new Promise((r) => setTimeout(r, %(hold_ms)d))]);
+    waiting = held;
+    held.then(() => { if (waiting === held) waiting = null; });
+  }, true);
+
+  // A click whose step is not resolved yet waits for it, then happens as it would have.
+  addEventListener('click', (e) => {
+    if (!e.isTrusted || !waiting) return;
+    const held = waiting, t = e.target;
+    waiting = null;
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    const init = {bubbles: true, cancelable: true, composed: true, view: window, detail: e.detail,
+                  screenX: e.screenX, screenY: e.screenY, clientX: e.clientX, clientY: e.clientY,
+                  ctrlKey: e.ctrlKey, shiftKey: e.shiftKey, altKey: e.altKey, metaKey: e.metaKey,
+                  button: e.button, buttons: e.buttons};
+    held.then(() => { if (t.isConnected) t.dispatchEvent(new MouseEvent('click', init)); });
+  }, true);
+
+  addEventListener('beforeinput', (e) => {
+    if (!e.isTrusted) return;
+    const t = element(deep(e));
+    if (!t || t === typing) return;
+    typing = t;
+    send({kind: 'typing', id: keep(t), state: state(t)});
+  }, true);
+
+  addEventListener('keydown', (e) => {
+    if (!e.isTrusted || e.isComposing) return;
+    const name = keyName(e);
+    if (!name) return;
+    let t = element(deep(e));
+    if (t === document.body || t === document.documentElement) t = null;
+    if (isField(t) && !FIELD_KEYS.has(name) && (!/^(Control|Alt|Meta)\\+/.test(name) || EDIT_CHORD.test(name))) return;
+    typing = null;
+    send({kind: 'key', keys: name, id: t ? keep(t) : 0, state: t ? state(t) : null});
+  }, true);
+
+  // The listener above is the recorder's, not the page's: the fields' `keys` state must not count it.
+  if (typeof window.__qvlKeyListeners === 'number') window.__qvlKeyListeners -= 1;
+
+  addEventListener('focusin', (e) => {
+    const t = element(deep(e));
+    if (t && t.tagName === 'SELECT') selects.set(t, state(t));
+  }, true);
+
+  addEventListener('change', (e) => {
+    if (!e.isTrusted) return;
+    const t = element(deep(e));
+    if (!t || t.tagName !== 'SELECT') return;
+    const now = state(t), before = selects.has(t) ? selects.get(t) : null;
+    selects.set(t, now);
+    send({kind: 'select', id: keep(t), before, state: now});
+  }, true);
+})(%(nonce)s, %(binding)s, %(interactive)s);"""
+
+
+def capture_script(nonce: str) -> str:
+    """The capture script for one recording (its nonce marks the payloads that are its own)."""
+    import json
+
+    return CAPTURE_JS % {
+        "target": TARGET_JS.strip(),
+        "state": STATE_JS.strip(),
+        "max_text": MAX_TEXT,
+        "hold_ms": HOLD_CLICK_MS,
+        "nonce": json.dumps(nonce),
+        "binding": json.dumps(BINDING),
+        "interactive": json.dumps(INTERACTIVE),
+    }
+
+
+# --- what the page may hand over -----------------------------------------------------------------------
+
+_STATE_TEXT = ("tag", "type", "value", "label")
+_STATE_FLAGS = ("multiple", "checked", "editable", "keys")
+_KEY = re.compile(r"((Control|Alt|Meta|Shift)\+){0,4}(\S|[A-Z][A-Za-z0-9]{1,15})")
+_LIMIT = 100_000
+
+
+def _text(value, limit: int = _LIMIT) -> str | None:
+    return value if isinstance(value, str) and len(value) <= limit else None
+
+
+def _number(value) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok and abs(value) < 1e6 else None
+
+
+def _state(value) -> dict | None:
+    """An element state (`locate.STATE_JS`) as the page reported it, or None when it is not one."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        return None
+    out: dict = {}
+    for key in _STATE_TEXT:
+        if key in value:
+            if _text(value[key]) is None:
+                return None
+            out[key] = value[key]
+    for key in _STATE_FLAGS:
+        if key in value:
+            if not isinstance(value[key], bool):
+                return None
+            out[key] = value[key]
+    for key in ("values", "labels"):
+        if key in value:
+            items = value[key]
+            if not isinstance(items, list) or len(items) > 1000 or any(_text(i) is None for i in items):
+                return None
+            out[key] = list(items)
+    return out if "tag" in out else None
+
+
+def check_payload(payload, nonce: str) -> dict | None:
+    """The event a capture script reported, with only fields of the expected types, or None: a page calling
+    the binding itself gets nowhere without the nonce, and a malformed payload is dropped whole."""
+    if not isinstance(payload, dict) or payload.get("nonce") != nonce:
+        return None
+    kind = payload.get("kind")
+    if kind not in ("pointer", "typing", "key", "select"):
+        return None
+    target = payload.get("id")
+    url = _text(payload.get("url"), 8192)
+    if not isinstance(target, int) or isinstance(target, bool) or not 0 <= target < 2**31 or url is None:
+        return None
+    state = _state(payload.get("state")) if payload.get("state") is not None else None
+    if payload.get("state") is not None and state is None:
+        return None
+    event: dict = {"kind": kind, "id": target, "url": url, "state": state}
+    if kind == "pointer":
+        x, y = _number(payload.get("x")), _number(payload.get("y"))
+        button, count = payload.get("button"), payload.get("count")
+        if x is None or y is None or button not in (0, 1, 2) or not isinstance(count, int) or not 0 <= count <= 10:
+            return None
+        event.update(x=x, y=y, button=button, count=count, text=_text(payload.get("text"), MAX_TEXT) or "")
+    elif kind == "key":
+        keys = payload.get("keys")
+        if not isinstance(keys, str) or len(keys) > 64 or not _KEY.fullmatch(keys):
+            return None
+        event["keys"] = keys
+    elif kind == "select":
+        event["before"] = _state(payload.get("before")) if payload.get("before") is not None else None
+    return event
+
+
+# --- the recorder --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Step:
+    """A person's step being recorded: written once the next one starts (its "after" is read then)."""
+
+    n: int
+    kind: str
+    detail: dict
+    handle: object | None = None
+    located: Located | None = None
+    screenshot: str = ""
+    screen: dict = field(default_factory=dict)
+
+
+POINTER_KINDS = {0: "left_click", 1: "middle_click", 2: "right_click"}
+CLICK_COUNTS = {2: "double_click", 3: "triple_click"}
+
+
+def secret_name(located: Located | None, taken: dict[str, str], value: str) -> str:
+    """A secret's name for a password field: from its label or name (`PASSWORD`, `PIN`), with _2, _3... when
+    that name already holds another value."""
+    locator = (located.locator if located else {}) or {}
+    words = locator.get("name") or locator.get("text") or ""
+    base = re.sub(r"[^A-Za-z0-9]+", "_", str(words)).strip("_").upper()[:40]
+    if not base or not SECRET_NAME.fullmatch(base) or base[0].isdigit():
+        base = "PASSWORD"
+    name, n = base, 1
+    while name in taken and taken[name] != value:
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+class BrowserRecorder(BrowserExecutor):
+    """A headed Chromium on `url` that records what the person does into `trace` (a `trace.TraceWriter`).
+
+    `wait(should_stop)` returns when `should_stop()` says so or the person closed the browser; `stop()` writes
+    the last step and returns the page's end state (masked) for `browser.json`. `typed` is what each typing
+    step typed, as `export_trace` takes it; `secrets` the values found in password fields (never written)."""
+
+    name = "recorder"
+
+    def __init__(self, url: str, trace, *, browser=None, configured_browser: str = "", viewport=(1280, 800)):
+        self.trace = trace
+        self.secrets = Secrets({})
+        self.typed: dict[tuple[int, int], list] = {}
+        self.steps = 0
+        self.problems: list[str] = []  # events that could not be recorded, for the person at the end
+        self._nonce = token.token_hex(16)
+        self._pending: _Step | None = None
+        self._tickets = itertools.count()
+        self._serving = 0
+        self._skipped: set[int] = set()
+        self._stopping = False
+        self._url_now = url
+        super().__init__(url, browser=browser, configured_browser=configured_browser, headless=False, viewport=viewport)
+        try:
+            script = capture_script(self._nonce)
+            self.context.expose_binding(BINDING, self._on_event)
+            self.context.add_init_script(script)
+            for frame in self.page.frames:  # the start page loaded before the script was there
+                try:
+                    frame.evaluate(script)
+                except self._error_type:
+                    pass
+        except BaseException:
+            self.close()
+            raise
+
+    # --- the loop ---------------------------------------------------------------------------------------
+
+    def _watch(self, page) -> None:
+        super()._watch(page)
+        page.on("framenavigated", lambda frame: self._navigated(page, frame))
+
+    def _navigated(self, page, frame) -> None:
+        if frame is page.main_frame and page is self.page:
+            self._url_now = frame.url
+
+    def wait(self, should_stop) -> str:
+        """Record until `should_stop()` is true or the person closed the browser; says which."""
+        while not should_stop():
+            if self._dead or not self.browser.is_connected():
+                return "the browser closed"
+            live = [p for p in self.context.pages if not p.is_closed()]
+            if not live:
+                return "the window was closed"
+            try:
+                live[-1].wait_for_timeout(100)
+            except self._error_type:
+                continue  # that page closed under the wait: look again
+        return "stopped"
+
+    def stop(self) -> dict:
+        """Write the last step and return the end state: read from the page when it is still open, else
+        the URL it was on when it closed (with no field checks: nothing can be read any more)."""
+        self._stopping = True
+        self._finish()
+        try:
+            final = self.final_state()
+        except (QvlError, self._error_type):
+            final = {"url": self._url_now, "fields": [], "new_text": [], "gone": []}
+        return self.secrets.mask(final)
+
+    # --- events -----------------------------------------------------------------------------------------
+
+    def _on_event(self, source, payload) -> None:
+        """The binding: one event at a time, in the order the page sent them (each call runs in its own
+        greenlet, and resolving a locator waits on the page, so a later event could overtake)."""
+        ticket = next(self._tickets)
+        my_turn = False
+        try:
+            while self._serving < ticket and not self._stopping:
+                source["page"].wait_for_timeout(10)
+            my_turn = True
+            if not self._stopping:
+                event = check_payload(payload, self._nonce)
+                if event is not None:
+                    self._record(source, event)
+        except Exception as exc:  # a page that navigated or closed mid-event: that event is lost, not the run
+            if len(self.problems) < 20:
+                self.problems.append(f"an event could not be recorded ({str(exc).splitlines()[0][:200]})")
+        finally:
+            if my_turn:
+                self._serving = ticket + 1
+            else:
+                self._skipped.add(ticket)
+            while self._serving in self._skipped:
+                self._skipped.discard(self._serving)
+                self._serving += 1
+
+    def _record(self, source, event: dict) -> None:
+        page, frame = source["page"], source["frame"]
+        pending = self._pending
+        if (
+            event["kind"] == "pointer"
+            and event["count"] in CLICK_COUNTS
+            and pending is not None
+            and pending.kind in ("left_click", "double_click")
+            and pending.detail.get("frame_point") == [round(event["x"]), round(event["y"])]
+        ):
+            pending.kind = CLICK_COUNTS[event["count"]]  # the second press of a double click
+            return
+        handle = self._handle(frame, event["id"])
+        # Typing into the element just clicked: the click left it as the typing found it (read in the page
+        # before the first key), not as it is by now, when some of the typing may already be in it.
+        self._finish(event["state"] if event["kind"] == "typing" and self._same(pending, handle) else None)
+        if event["kind"] == "pointer" and event["button"] not in POINTER_KINDS:
+            return
+        self.page = page
+        main = frame is page.main_frame
+        located = self._resolve(page, handle) if main else None
+        detail: dict = {"url": event["url"] if main else page.url}
+        if self._tab():
+            detail["tab"] = self._tab()
+        if located is not None:
+            detail["locator"], detail["element"] = located.locator, located.element
+        kind = event["kind"]
+        if kind == "pointer":
+            kind = POINTER_KINDS[event["button"]]
+            x, y = event["x"], event["y"]
+            px, py = (x, y) if main else self._in_page(frame, x, y)
+            detail["pixels"] = [[round(px), round(py)]]
+            detail["frame_point"] = [round(x), round(y)]
+            if located is None:
+                detail["locator"] = {"kind": "point", "x": round(px), "y": round(py)}
+                detail.setdefault("element", {})
+            else:
+                detail.update(point_on(handle, x, y))
+            detail["before"] = event["state"]
+            self._text_before_last_click = event["text"]
+        elif kind == "typing":
+            kind = "type"
+            detail["before"] = event["state"]
+        elif kind == "key":
+            detail["keys"] = event["keys"]
+            detail["before"] = event["state"]
+        elif kind == "select":
+            if located is None:
+                self.problems.append("a choice in a list that has no locator was not recorded")
+                return
+            kind = "left_click"  # the person's choice, compiled as a click that changed the select
+            box = located.element.get("box") or [0, 0, 0, 0]
+            detail["pixels"] = [[round(box[0] + box[2] / 2), round(box[1] + box[3] / 2)]]
+            detail["before"], detail["after"] = event["before"], event["state"]
+            detail["chosen"] = True
+        self.steps += 1
+        step = _Step(self.steps, kind, detail, handle, located)
+        self._shoot(page, step)
+        self._pending = step
+
+    def _handle(self, frame, target: int):
+        if not target:
+            return None
+        found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{self._nonce}'](id)", target)
+        return found.as_element()
+
+    def _same(self, step: _Step | None, handle) -> bool:
+        if step is None or step.handle is None or handle is None:
+            return False
+        try:
+            return bool(step.handle.evaluate("(a, b) => a === b", handle))
+        except self._error_type:
+            return False
+
+    def _resolve(self, page, handle) -> Located | None:
+        if handle is None:
+            return None
+        try:
+            located = resolve_handle(page, handle)
+        except self._error_type:
+            return None  # it left the page (or the page left) before it could be named
+        if located is not None:
+            self._touched.append((page, located))
+        return located
+
+    def _in_page(self, frame, x: float, y: float) -> tuple[float, float]:
+        """A point in a frame as a CSS pixel of the page's viewport."""
+        try:
+            box = frame.frame_element().bounding_box() or {"x": 0, "y": 0}
+        except self._error_type:
+            box = {"x": 0, "y": 0}
+        return box["x"] + x, box["y"] + y
+
+    def _shoot(self, page, step: _Step) -> None:
+        try:
+            png = page.screenshot(scale="css", type="png", caret="initial", timeout=3000)
+        except self._error_type:
+            return  # a page in the middle of navigating: the step goes without a picture
+        shot = load_image_bytes(png, name="page screenshot")
+        view = Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{page.url}")
+        step.screenshot = self.trace.screenshot(step.n, view)
+        step.screen = {"left": 0, "top": 0, "width": view.width, "height": view.height, "scale": 1.0}
+
+    # --- writing a step ---------------------------------------------------------------------------------
+
+    def _finish(self, after: dict | None = None) -> None:
+        """Write the pending step, its "after" state read now (or `after`, when that was read earlier)."""
+        step, self._pending = self._pending, None
+        if step is None:
+            return
+        detail = step.detail
+        detail.pop("frame_point", None)
+        if not detail.pop("chosen", False):
+            detail["after"] = after if after is not None else element_state(step.handle)
+        action: dict = {"action": step.kind}
+        if step.kind == "type":
+            self._typing(step)
+            action["text"] = detail["text"]
+        elif step.kind == "key":
+            action["keys"] = detail["keys"].split("+")
+        for state in (detail.get("before"), detail.get("after")):
+            self._keep_secret(state, step.located)
+        if detail.get("pixels") and step.screen:
+            px, py = detail["pixels"][0]
+            width, height = step.screen["width"], step.screen["height"]
+            action["coordinate"] = [_grid(px, width), _grid(py, height)]
+        result = {"action": describe(step), "ok": True, "message": "done by the person", "detail": detail}
+        if detail.get("pixels"):
+            result["pixels"] = detail["pixels"]
+        record = {"step": step.n, "by": "person", "reply": "", "actions": [action], "results": [result]}
+        if step.screenshot:
+            record.update(screenshot=step.screenshot, screen=step.screen)
+        self.trace.step(self.secrets.mask(record))
+
+    def _keep_secret(self, state: dict | None, located: Located | None) -> str:
+        """A password field's value is a secret wherever it shows: its name (registered on first sight)."""
+        value = str((state or {}).get("value") or "")
+        if not state or state.get("type") != "password" or not value:
+            return ""
+        known = next((name for name, v in self.secrets.values.items() if v == value), "")
+        if known:
+            return known
+        name = secret_name(located, dict(self.secrets.values), value)
+        self.secrets = Secrets({**self.secrets.values, name: value})
+        return name
+
+    def _typing(self, step: _Step) -> None:
+        """What a run of typing typed: the value it left, past what was there before; in a password field a
+        secret, typed from its placeholder."""
+        detail = step.detail
+        before, after = detail.get("before") or {}, detail.get("after") or {}
+        old, new = str(before.get("value") or ""), str(after.get("value") or "")
+        text = new[len(old) :] if new.startswith(old) else new
+        if before.get("type") == "password" and new:
+            name = self._keep_secret(after, step.located)
+            self.typed[step.n, 0] = [["secret", name]] if text == new else [["text", old], ["secret", name]]
+            text = "{{" + name + "}}"
+        detail["text"] = text
+
+
+def _grid(pixel: float, size: int) -> int:
+    """A CSS pixel as the 0-1000 model coordinate of its centre (what the model would have written)."""
+    return max(0, min(GRID, round((pixel + 0.5) * GRID / max(size, 1))))
+
+
+def describe(step: _Step) -> str:
+    """The step in words, for the report: `click the "Sign in" button`, `type into "Email"`, `press Enter`."""
+    locator = (step.located.locator if step.located else {}) or {}
+    inner = locator.get("inner") or locator
+    what = inner.get("name") or inner.get("text") or inner.get("value") or ""
+    role = inner.get("role") or (step.located.element.get("tag", "") if step.located else "")
+    target = f'the "{what}" {role or "element"}'.strip() if what else (f"the {role}" if role else "the page")
+    if locator.get("kind") == "within":
+        target += f' in the item that says "{locator.get("has_text", "")}"'
+    if step.kind == "type":
+        return f"type into {target}"
+    if step.kind == "key":
+        return f"press {step.detail.get('keys', '')} on {target}"
+    verb = {"left_click": "click", "double_click": "double-click", "triple_click": "triple-click"}
+    return f"{verb.get(step.kind, step.kind.replace('_', ' '))} {target}"

@@ -1,0 +1,271 @@
+"""`qvl-agent record`: a person's work in a headed Chromium becomes a script that replays and heals.
+
+The person is played by xdotool on the test's own X display: real pointer and key events into the
+recorder's real Chromium window, the path a person's input takes (nothing reaches the browser through
+Playwright or DevTools). Where to point is worked out without looking inside the recorder: each test page
+draws a 4x4 magenta mark at the viewport's top-left corner, found on a grab of the X screen, and the
+elements' boxes are measured in the test's own headless Chromium at the same viewport (the same page
+renders the same way). The recorder is stopped as a terminal's Ctrl+C stops it: SIGINT to its process
+group.
+
+The recorded task spans two pages: sign in (a text field, a password, a checkbox clicked through its
+label, the submit button), then cancel one order from a table (the row's own "Cancel" button) and
+confirm in a dialog. The export replays it (the password from $QVL_SECRET_PASSWORD); on version B of the
+site (the sign-in button renamed) it fails, and `replay --heal` with a grounding oracle repairs it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from qvl_agent.act.recorder import check_payload, secret_name
+from qvl_agent.playwright.locate import Located
+from tests.conftest import ROOT
+from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT, replay_script
+from tests.pages.server import PageServer
+from tests.support.heal_oracle import DomGroundingOracle, start
+
+PASSWORD = "s3cretPw9"
+
+
+# --- unit: what a page may hand the recorder ------------------------------------------------------------
+
+
+def test_a_payload_without_the_nonce_or_of_the_wrong_shape_is_dropped():
+    good = {"nonce": "n", "kind": "key", "id": 3, "url": "http://x/", "keys": "Enter", "state": {"tag": "input"}}
+    assert check_payload(good, "n")["keys"] == "Enter"
+    assert check_payload(dict(good, nonce="guess"), "n") is None
+    assert check_payload(dict(good, kind="eval"), "n") is None
+    assert check_payload(dict(good, id=-1), "n") is None
+    assert check_payload(dict(good, id=True), "n") is None
+    assert check_payload(dict(good, keys="Enter\nimport os"), "n") is None
+    assert check_payload(dict(good, state={"tag": ["input"]}), "n") is None
+    assert check_payload(dict(good, state={"tag": "input", "checked": "yes"}), "n") is None
+    assert check_payload(dict(good, url=None), "n") is None
+    assert check_payload(["not", "a", "dict"], "n") is None
+    pointer = {"nonce": "n", "kind": "pointer", "id": 1, "url": "u", "x": 5, "y": 6, "button": 0, "count": 1}
+    assert check_payload(pointer, "n")["x"] == 5.0
+    assert check_payload(dict(pointer, x=float("nan")), "n") is None
+    assert check_payload(dict(pointer, button=7), "n") is None
+    assert check_payload(dict(pointer, count=10**9), "n") is None
+    extra = check_payload(dict(good, state={"tag": "input", "onclick": "x"}, code="x"), "n")
+    assert "code" not in extra and extra["state"] == {"tag": "input"}
+
+
+def test_a_password_fields_secret_is_named_after_its_label():
+    field = Located({"kind": "label", "text": "Password"})
+    assert secret_name(field, {}, "a") == "PASSWORD"
+    assert secret_name(field, {"PASSWORD": "a"}, "a") == "PASSWORD"
+    assert secret_name(field, {"PASSWORD": "a"}, "b") == "PASSWORD_2"
+    assert secret_name(Located({"kind": "role", "role": "textbox", "name": "PIN code"}), {}, "1") == "PIN_CODE"
+    assert secret_name(Located({"kind": "css", "selector": "#x"}), {}, "1") == "PASSWORD"
+    assert secret_name(Located({"kind": "label", "text": "2nd key"}), {}, "1") == "PASSWORD"
+
+
+# --- end to end: a person on the display ----------------------------------------------------------------
+
+pytestmark_e2e = [pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = PageServer().start()
+    yield srv
+    srv.stop()
+
+
+def _display() -> str:
+    display = os.environ.get("DISPLAY", "")
+    if not display:
+        pytest.skip("no X display")
+    return display
+
+
+def _x(*args: str) -> None:
+    subprocess.run(["xdotool", *args], check=True, timeout=30, env=dict(os.environ))
+
+
+def viewport_origin(timeout: float = 30) -> tuple[int, int]:
+    """Where the viewport's top-left CSS pixel is on the X screen: the page's magenta mark."""
+    from Xlib import X
+    from Xlib import display as xdisplay
+
+    deadline = time.monotonic() + timeout
+    conn = xdisplay.Display(_display())
+    try:
+        root = conn.screen().root
+        geometry = root.get_geometry()
+        width, height = geometry.width, geometry.height
+        while time.monotonic() < deadline:
+            data = root.get_image(0, 0, width, height, X.ZPixmap, 0xFFFFFFFF).data  # BGRX
+            at = data.find(b"\xff\x00\xff")
+            while at != -1:
+                if at % 4 == 0 and data[at + 4 : at + 7] == b"\xff\x00\xff":
+                    return (at // 4) % width, (at // 4) // width
+                at = data.find(b"\xff\x00\xff", at + 1)
+            time.sleep(0.3)
+    finally:
+        conn.close()
+    raise AssertionError("the recorder's page never showed on the display")
+
+
+def centres(url: str, selectors: list[str], prepare: str = "") -> dict[str, tuple[float, float]]:
+    """Each selector's box centre in CSS pixels, in the test's own headless Chromium (after `prepare`, a
+    selector clicked first to bring up what the person will see)."""
+    from playwright.sync_api import sync_playwright
+
+    found = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM)
+        page = browser.new_page(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
+        page.goto(url)
+        if prepare:
+            page.route("**/record/**", lambda route: route.fulfill(status=204))
+            page.locator(prepare).click()
+        for selector in selectors:
+            box = page.locator(selector).bounding_box()
+            found[selector] = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        browser.close()
+    return found
+
+
+class Person:
+    """Clicks and types on the X display, as a person at the recorder's window would."""
+
+    def __init__(self, origin: tuple[int, int]):
+        self.origin = origin
+
+    def click(self, point: tuple[float, float]) -> None:
+        x, y = round(self.origin[0] + point[0]), round(self.origin[1] + point[1])
+        _x("mousemove", "--sync", str(x), str(y))
+        _x("mousedown", "1")
+        time.sleep(0.1)  # a person's press lasts about this long
+        _x("mouseup", "1")
+        time.sleep(0.4)
+
+    def type(self, text: str) -> None:
+        _x("type", "--delay", "80", text)
+        time.sleep(0.3)
+
+
+def wait_for(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_recording(tmp_path: Path, url: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **ENV)
+    args = ["--url", url, "--export", str(tmp_path / "out.py"), "--trace-dir", str(tmp_path / "trace")]
+    return subprocess.Popen(
+        [sys.executable, "-m", "qvl_agent", "record", *args, "sign in and cancel order 1002"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job has
+    )
+
+
+def ctrl_c(proc: subprocess.Popen) -> tuple[str, str]:
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in the terminal sends: the whole group
+    out, err = proc.communicate(timeout=120)
+    return out, err
+
+
+def replay(tmp_path: Path, *args: str, secret: str = PASSWORD) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), QVL_CONFIG_DIR=str(tmp_path / "config"), **ENV)
+    env["QVL_SECRET_PASSWORD"] = secret
+    return subprocess.run(
+        [sys.executable, "-m", "qvl_agent", "replay", *args], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_recorded_task_replays_keeps_the_password_out_and_heals(tmp_path, server):
+    _display()
+    server.site = "a"
+    server.clear()
+    signin, orders = f"{server.url}/site/rec-signin.html", f"{server.url}/site/rec-orders.html"
+    form = centres(signin, ["#user", "#pw", "label:has(#remember)", "#go"])
+    row = centres(orders, ["tr:nth-of-type(2) button"])
+    dialog = centres(orders, ["#yes"], prepare="tr:nth-of-type(2) button")
+
+    proc = start_recording(tmp_path, signin)
+    try:
+        person = Person(viewport_origin())
+        time.sleep(1.0)  # the window has painted; the capture script went in before that
+        person.click(form["#user"])
+        person.type("ada")
+        person.click(form["#pw"])
+        person.type(PASSWORD)
+        person.click((form["label:has(#remember)"][0] + 30, form["label:has(#remember)"][1]))  # the label's text
+        person.click(form["#go"])
+        wait_for(lambda: server.records("signin"), "the sign-in to post")
+        time.sleep(1.5)  # the orders page loads
+        person.click(row["tr:nth-of-type(2) button"])
+        person.click(dialog["#yes"])
+        wait_for(lambda: server.records("cancel"), "the cancel to post")
+        time.sleep(0.5)
+    finally:
+        out, err = ctrl_c(proc) if proc.poll() is None else proc.communicate()
+    assert proc.returncode == 0, err
+    assert server.records("signin") == [{"user": "ada", "pw": PASSWORD, "remember": True}]
+    assert server.records("cancel") == [{"order": "#1002"}]
+
+    script = tmp_path / "out.py"
+    source = script.read_text()
+    assert 'page.get_by_role("textbox", name="User name", exact=True).fill("ada")' in source, source
+    assert 'os.environ["QVL_SECRET_PASSWORD"]' in source
+    assert 'page.get_by_role("checkbox", name="Remember me", exact=True).check()' in source
+    assert re.search(r'page\.locator\("tr"\)\.filter\(has=page\.get_by_text\("#1002", exact=True\)\)'
+                     r'\.get_by_role\("button", name="Cancel", exact=True\)\.click\(\)', source), source  # fmt: skip
+    assert 'get_by_role("button", name="Yes, cancel it", exact=True).click()' in source
+    assert "to_have_url(origin + " in source and "rec-orders.html" in source
+    assert source.count("# intent: ") >= 5
+    assert "The secret PASSWORD" not in err and "secret PASSWORD" in err
+    for path in [script, *(tmp_path / "trace").iterdir()]:
+        if path.is_file():
+            assert PASSWORD.encode() not in path.read_bytes(), f"the password is in {path.name}"
+    trace = (tmp_path / "trace" / "trace.jsonl").read_text()
+    assert '"by": "person"' in trace and "{{PASSWORD}}" in trace
+    assert (tmp_path / "trace" / "report.html").is_file()
+
+    # The export replays in the sandbox, the password from the environment.
+    server.clear()
+    again = replay(tmp_path, str(script), "-o", str(tmp_path / "replayed"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert server.records("signin") == [{"user": "ada", "pw": PASSWORD, "remember": True}]
+    assert server.records("cancel") == [{"order": "#1002"}]
+
+    # The site changes (the button now says "Log in"): the script fails, and heals.
+    server.site = "b"
+    server.clear()
+    broken = replay(tmp_path, str(script), "--step-timeout", "3", "-o", str(tmp_path / "broken"))
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert server.records("signin") == []
+    oracle = DomGroundingOracle(signin, {'the "Sign in" button': "#go"})
+    engine, httpd = start(oracle)
+    try:
+        server.clear()
+        healed = replay(tmp_path, "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), str(script))
+    finally:
+        httpd.shutdown()
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert oracle.problems == []
+    assert server.records("signin") == [{"user": "ada", "pw": PASSWORD, "remember": True}]
+    assert server.records("cancel") == [{"order": "#1002"}]
+    assert 'get_by_role("button", name="Log in", exact=True).click()' in (tmp_path / "out.healed.py").read_text()
