@@ -29,7 +29,7 @@ import pytest
 from qvl_agent.act.recorder import check_payload, secret_name
 from qvl_agent.playwright.locate import Located
 from tests.conftest import ROOT
-from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT, replay_script
+from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT
 from tests.pages.server import PageServer
 from tests.support.heal_oracle import DomGroundingOracle, start
 
@@ -71,8 +71,6 @@ def test_a_password_fields_secret_is_named_after_its_label():
 
 
 # --- end to end: a person on the display ----------------------------------------------------------------
-
-pytestmark_e2e = [pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +267,63 @@ def test_a_recorded_task_replays_keeps_the_password_out_and_heals(tmp_path, serv
     assert server.records("signin") == [{"user": "ada", "pw": PASSWORD, "remember": True}]
     assert server.records("cancel") == [{"order": "#1002"}]
     assert 'get_by_role("button", name="Log in", exact=True).click()' in (tmp_path / "out.healed.py").read_text()
+
+
+def _key(*keys: str) -> None:
+    _x("key", "--delay", "120", *keys)
+    time.sleep(0.4)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server):
+    """Keys only after the first click (Tab to a list, an arrow to choose), then Ctrl+W closes the window:
+    the recording still ends with the export, whose end state is what the page showed last."""
+    _display()
+    server.clear()
+    url = f"{server.url}/rec-prefs.html"
+    at = centres(url, ["#city", "#save"])
+    proc = start_recording(tmp_path, url)
+    try:
+        person = Person(viewport_origin())
+        time.sleep(1.0)
+        person.click(at["#city"])
+        person.type("Oslo")
+        _key("Tab")
+        _key("Down")
+        person.click(at["#save"])
+        wait_for(lambda: server.records("prefs"), "the preferences to post")
+        time.sleep(2.0)  # the recorder reads the quiet page
+        _key("ctrl+w")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            ctrl_c(proc)
+    assert proc.returncode == 0, err
+    assert "the window was closed" in err
+    assert server.records("prefs") == [{"city": "Oslo", "colour": "green"}]
+    source = (tmp_path / "out.py").read_text()
+    assert 'get_by_role("textbox", name="City", exact=True).fill("Oslo")' in source, source
+    assert 'get_by_role("combobox", name="Colour", exact=True).select_option(label="green")' in source, source
+    assert 'expect(page.get_by_text("Saved for Oslo"' in source, source
+
+    server.clear()
+    again = replay(tmp_path, str(tmp_path / "out.py"), "-o", str(tmp_path / "replayed"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert server.records("prefs") == [{"city": "Oslo", "colour": "green"}]
+
+
+def test_record_needs_a_display_and_a_new_export_file(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), QVL_CONFIG_DIR=str(tmp_path / "config"))
+    env.pop("DISPLAY", None)
+    env.pop("WAYLAND_DISPLAY", None)
+    args = [sys.executable, "-m", "qvl_agent", "record", "--url", "http://127.0.0.1:9/"]
+    headless = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert headless.returncode == 2
+    assert "no display here" in headless.stderr and "Traceback" not in headless.stderr
+    taken = tmp_path / "out.py"
+    taken.write_text("mine")
+    env["DISPLAY"] = os.environ.get("DISPLAY", ":0")
+    again = subprocess.run([*args, "--export", str(taken)], env=env, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert taken.read_text() == "mine"

@@ -38,6 +38,7 @@ import itertools
 import math
 import re
 import secrets as token
+import time
 from dataclasses import dataclass, field
 
 from qvl_agent.act.browser import BrowserExecutor
@@ -56,6 +57,7 @@ from qvl_agent.secrets import SECRET_NAME, Secrets
 
 BINDING = "__qvlRecord"
 MAX_TEXT = 200_000  # the page text kept for "what appeared after the last click"
+SNAPSHOT_AFTER_S = 1.0  # a page this long without a person's event is read for its end state
 HOLD_CLICK_MS = 3000  # the longest a click waits for its step to be resolved
 
 # {nonce}, {binding}, {target}, {state}, {interactive} are filled in by `capture_script`.
@@ -321,6 +323,9 @@ class BrowserRecorder(BrowserExecutor):
         self._skipped: set[int] = set()
         self._stopping = False
         self._url_now = url
+        self._last_event = time.monotonic()
+        self._seen = 0  # the step count when the end state was last read
+        self._last_final: dict | None = None
         super().__init__(url, browser=browser, configured_browser=configured_browser, headless=False, viewport=viewport)
         try:
             script = capture_script(self._nonce)
@@ -346,7 +351,9 @@ class BrowserRecorder(BrowserExecutor):
             self._url_now = frame.url
 
     def wait(self, should_stop) -> str:
-        """Record until `should_stop()` is true or the person closed the browser; says which."""
+        """Record until `should_stop()` is true or the person closed the browser; says which. While the
+        page is quiet after a step, its end state is read, so that a window closed by the person still
+        leaves the checks of what it showed last."""
         while not should_stop():
             if self._dead or not self.browser.is_connected():
                 return "the browser closed"
@@ -357,17 +364,23 @@ class BrowserRecorder(BrowserExecutor):
                 live[-1].wait_for_timeout(100)
             except self._error_type:
                 continue  # that page closed under the wait: look again
+            if self._seen != self.steps and time.monotonic() - self._last_event > SNAPSHOT_AFTER_S:
+                self._seen = self.steps
+                try:
+                    self._last_final = self.final_state()
+                except (QvlError, self._error_type):
+                    pass  # the page is going: the earlier snapshot stands
         return "stopped"
 
     def stop(self) -> dict:
         """Write the last step and return the end state: read from the page when it is still open, else
-        the URL it was on when it closed (with no field checks: nothing can be read any more)."""
+        what it showed when it was last quiet (or only the URL it was on)."""
         self._stopping = True
         self._finish()
         try:
             final = self.final_state()
         except (QvlError, self._error_type):
-            final = {"url": self._url_now, "fields": [], "new_text": [], "gone": []}
+            final = self._last_final or {"url": self._url_now, "fields": [], "new_text": [], "gone": []}
         return self.secrets.mask(final)
 
     # --- events -----------------------------------------------------------------------------------------
@@ -381,6 +394,7 @@ class BrowserRecorder(BrowserExecutor):
             while self._serving < ticket and not self._stopping:
                 source["page"].wait_for_timeout(10)
             my_turn = True
+            self._last_event = time.monotonic()
             if not self._stopping:
                 event = check_payload(payload, self._nonce)
                 if event is not None:
@@ -575,5 +589,8 @@ def describe(step: _Step) -> str:
         return f"type into {target}"
     if step.kind == "key":
         return f"press {step.detail.get('keys', '')} on {target}"
+    before, after = step.detail.get("before") or {}, step.detail.get("after") or {}
+    if before.get("tag") == "select" and after.get("label") is not None and after != before:
+        return f'choose "{after["label"]}" in {target}'
     verb = {"left_click": "click", "double_click": "double-click", "triple_click": "triple-click"}
     return f"{verb.get(step.kind, step.kind.replace('_', ' '))} {target}"
