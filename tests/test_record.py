@@ -16,6 +16,7 @@ site (the sign-in button renamed) it fails, and `replay --heal` with a grounding
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -163,9 +164,9 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def start_recording(tmp_path: Path, url: str) -> subprocess.Popen:
+def start_recording(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **ENV)
-    args = ["--url", url, "--export", str(tmp_path / "out.py"), "--trace-dir", str(tmp_path / "trace")]
+    args = ["--url", url, "--export", str(tmp_path / "out.py"), "--trace-dir", str(tmp_path / "trace"), *extra]
     return subprocess.Popen(
         [sys.executable, "-m", "qvl_agent", "record", *args, "sign in and cancel order 1002"],
         env=env,
@@ -278,12 +279,16 @@ def _key(*keys: str) -> None:
 @pytest.mark.slow
 def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server):
     """Keys only after the first click (Tab to a list, an arrow to choose), then Ctrl+W closes the window:
-    the recording still ends with the export, whose end state is what the page showed last."""
+    the recording still ends with the export, whose end state is what the page showed last. With
+    --describe the model (here recorded replies) says each step's intent, and the intent lines carry it."""
     _display()
     server.clear()
     url = f"{server.url}/rec-prefs.html"
     at = centres(url, ["#city", "#save"])
-    proc = start_recording(tmp_path, url)
+    said = [f"Intent number {n}" for n in range(1, 9)]
+    replies = tmp_path / "words.json"
+    replies.write_text(json.dumps(said))
+    proc = start_recording(tmp_path, url, "--describe", "--engine", f"replay:{replies}")
     try:
         person = Person(viewport_origin())
         time.sleep(1.0)
@@ -306,6 +311,9 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
     assert 'get_by_role("textbox", name="City", exact=True).fill("Oslo")' in source, source
     assert 'get_by_role("combobox", name="Colour", exact=True).select_option(label="green")' in source, source
     assert 'expect(page.get_by_text("Saved for Oslo"' in source, source
+    [save] = [line for line in source.splitlines() if line.startswith("    # intent: ") and '"name": "Save"' in line]
+    assert re.search(r'"reason": "Intent number \d"', save), save
+    assert json.loads((tmp_path / "trace" / "intents.json").read_text())
 
     server.clear()
     again = replay(tmp_path, str(tmp_path / "out.py"), "-o", str(tmp_path / "replayed"))

@@ -1,6 +1,7 @@
 """`qvl-agent record`: the person does a task in a browser window, and it becomes a replayable script.
 
-    qvl-agent record --url URL [--export FILE] [--viewport WxH] [--trace-dir DIR] [--browser PATH] [TASK]
+    qvl-agent record --url URL [--export FILE] [--describe [--model ...] [--engine ...]] [--viewport WxH]
+                     [--trace-dir DIR] [--browser PATH] [TASK]
 
 Opens a headed Chromium on URL in a fresh profile and records what the person does there (`act.recorder`)
 into a run folder in the same format `browse` writes, each step marked as the person's. Closing the
@@ -9,7 +10,9 @@ read, the trace ends, report.html is written, and with --export FILE the run is 
 kind of script `browse --export` writes (never over an existing file), which `qvl-agent replay` runs and
 `replay --heal` repairs. A password typed into a password field becomes a declared secret: the trace,
 the report and the script hold `{{PASSWORD}}`, and the script reads `$QVL_SECRET_PASSWORD`. No model is
-needed. Exit 0 when the recording was written, 1 when the browser failed, 2 on bad usage.
+needed; with --describe, once the person has stopped, the model says each step's intent in words from
+its screenshot (`step_words`), and the script's `# intent:` lines carry them for `replay --heal`.
+Exit 0 when the recording was written, 1 when the browser failed, 2 on bad usage.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import sys
 from pathlib import Path
 
 from qvl_agent import capture
-from qvl_agent.cli import check_url, end_run_early, print_report
+from qvl_agent.cli import add_engine_args, check_url, end_run_early, print_report
 from qvl_agent.config import Settings
 from qvl_agent.errors import QvlError, UsageError
 from qvl_agent.trace import TraceWriter, default_trace_dir
@@ -30,6 +33,10 @@ def register(sub) -> None:
     p = sub.add_parser("record", help="record a task done by hand in a browser", description=__doc__.splitlines()[0])
     p.add_argument("--url", required=True, metavar="URL", help="the page to start on (http://, https:// or file://)")
     p.add_argument("--export", metavar="FILE", help="write a Playwright script replaying the recording")
+    p.add_argument(
+        "--describe", action="store_true", help="after the recording, have the model say each step's intent in words"
+    )
+    add_engine_args(p)
     p.add_argument("--viewport", default="1280x800", metavar="WxH", help="page size in CSS pixels")
     p.add_argument("--trace-dir", metavar="DIR", help="write the recording here (default: a new run folder)")
     p.add_argument("--browser", metavar="FILE", help="Chromium (default: $QVL_BROWSER, or find one)")
@@ -49,7 +56,7 @@ def _check_export(export: Path | None) -> None:
 def record(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import parse_viewport
     from qvl_agent.act.recorder import BrowserRecorder
-    from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
+    from qvl_agent.scripts.export.exporter import write_browser_info
 
     url = check_url(args.url)
     if capture.display_kind() in ("none", "wayland"):  # the person's window needs an X display
@@ -101,9 +108,47 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
               "(the recording does not hold it).", file=sys.stderr, flush=True)  # fmt: skip
     print(f"qvl-agent: trace: {trace_dir}", file=sys.stderr, flush=True)
     print_report(trace_dir)
+    words = _describe(settings, trace_dir, recorder.secrets) if args.describe else {}
     if export is not None:
-        compiled = export_trace(trace_dir, export, replace=False, typed=recorder.typed)
+        compiled = _export(trace_dir, export, recorder.typed, words)
         print(f"qvl-agent: wrote {export}; replay it with: qvl-agent replay {export}", file=sys.stderr, flush=True)
         for note in compiled.unexpressed:
             print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)
     return 0
+
+
+def _describe(settings: Settings, trace_dir: Path, secrets) -> dict[int, str]:
+    """Each step's intent in words (kept beside the trace as intents.json), or {} with a note when the
+    model cannot be had: the recording stands without them."""
+    import json
+
+    from qvl_agent.engine import open_engine
+    from qvl_agent.step_words import describe_steps
+    from qvl_agent.trace import read_trace, write_private
+
+    print("qvl-agent: asking the model what each step meant ...", file=sys.stderr, flush=True)
+    try:
+        with open_engine(settings) as engine:
+            words = describe_steps(engine, read_trace(trace_dir), secrets)
+    except QvlError as exc:
+        print(f"qvl-agent: note: the steps were not described: {exc}", file=sys.stderr, flush=True)
+        return {}
+    write_private(trace_dir / "intents.json", json.dumps({str(k): v for k, v in words.items()}, indent=1))
+    return words
+
+
+def _export(trace_dir: Path, export: Path, typed: dict, words: dict[int, str]):
+    """The recording as a script (never over an existing file), each step's intent carrying its words."""
+    import json
+
+    from qvl_agent.scripts.export.exporter import BROWSER_FILE, export_run, steps_from_trace
+    from qvl_agent.trace import read_trace
+
+    info = json.loads((trace_dir / BROWSER_FILE).read_text(encoding="utf-8"))
+    trace = read_trace(trace_dir)
+    steps = steps_from_trace(trace, typed)
+    for step in steps:
+        step["reason"] = words.get(step["step"], step["reason"])
+    viewport = tuple(info.get("viewport") or (1280, 800))
+    task = trace.run.get("task", "")
+    return export_run(export, info["url"], steps, info.get("final"), task=task, viewport=viewport, replace=False)
