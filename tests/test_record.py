@@ -335,3 +335,34 @@ def test_record_needs_a_display_and_a_new_export_file(tmp_path):
     again = subprocess.run([*args, "--export", str(taken)], env=env, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "already exists" in again.stderr
     assert taken.read_text() == "mine"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
+    _display()
+    server.clear()
+    start_url, prefs = f"{server.url}/rec-start.html", f"{server.url}/rec-prefs.html"
+    link, at = centres(start_url, ["#open"]), centres(prefs, ["#city", "#save"])
+    proc = start_recording(tmp_path, start_url)
+    try:
+        person = Person(viewport_origin())
+        time.sleep(1.0)
+        person.click(link["#open"])
+        time.sleep(2.0)  # the new tab opens in the same window, its viewport where the first one's was
+        person.click(at["#city"])
+        person.type("Rome")
+        person.click(at["#save"])
+        wait_for(lambda: server.records("prefs"), "the preferences to post")
+        time.sleep(0.5)
+    finally:
+        out, err = ctrl_c(proc) if proc.poll() is None else proc.communicate()
+    assert proc.returncode == 0, err
+    source = (tmp_path / "out.py").read_text()
+    assert "with page.expect_popup() as popup:" in source, source
+    assert 'page.get_by_role("link", name="Open the preferences", exact=True).click()' in source
+
+    server.clear()
+    again = replay(tmp_path, str(tmp_path / "out.py"), "-o", str(tmp_path / "replayed"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert server.records("prefs") == [{"city": "Rome", "colour": "red"}]
