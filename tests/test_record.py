@@ -142,12 +142,16 @@ class Person:
     def __init__(self, origin: tuple[int, int]):
         self.origin = origin
 
-    def click(self, point: tuple[float, float]) -> None:
+    def click(self, point: tuple[float, float], hold: float = 0.1) -> None:
+        """A press of `hold` seconds (a person's lasts about 0.1 s); 0: xdotool's click, down and up at once."""
         x, y = round(self.origin[0] + point[0]), round(self.origin[1] + point[1])
         _x("mousemove", "--sync", str(x), str(y))
-        _x("mousedown", "1")
-        time.sleep(0.1)  # a person's press lasts about this long
-        _x("mouseup", "1")
+        if hold:
+            _x("mousedown", "1")
+            time.sleep(hold)
+            _x("mouseup", "1")
+        else:
+            _x("click", "1")
         time.sleep(0.4)
 
     def type(self, text: str) -> None:
@@ -284,7 +288,8 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
     _display()
     server.clear()
     url = f"{server.url}/rec-prefs.html"
-    at = centres(url, ["#city", "#save"])
+    tip_button = '.tip:has-text("colours") button'
+    at = {**centres(url, [tip_button]), **centres(url, ["#city", "#save"], prepare=tip_button)}
     said = [f"Intent number {n}" for n in range(1, 9)]
     replies = tmp_path / "words.json"
     replies.write_text(json.dumps(said))
@@ -292,6 +297,7 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
     try:
         person = Person(viewport_origin())
         time.sleep(1.0)
+        person.click(at[tip_button], hold=0)  # pressed and let go at once
         person.click(at["#city"])
         person.type("Oslo")
         _key("Tab")
@@ -311,6 +317,9 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
     assert 'get_by_role("textbox", name="City", exact=True).fill("Oslo")' in source, source
     assert 'get_by_role("combobox", name="Colour", exact=True).select_option(label="green")' in source, source
     assert 'expect(page.get_by_text("Saved for Oslo"' in source, source
+    tip = 'page.locator("div.tip").filter(has=page.get_by_text("Tip: colours follow the theme", exact=True))'
+    assert f'{tip}.get_by_role("button", name="Dismiss", exact=True).click()' in source, source
+    assert f"expect({tip}).to_have_count(0)" in source
     [save] = [line for line in source.splitlines() if line.startswith("    # intent: ") and '"name": "Save"' in line]
     assert re.search(r'"reason": "Intent number \d"', save), save
     assert json.loads((tmp_path / "trace" / "intents.json").read_text())
