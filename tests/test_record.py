@@ -245,6 +245,11 @@ def test_a_recorded_task_replays_keeps_the_password_out_and_heals(tmp_path, serv
             assert PASSWORD.encode() not in path.read_bytes(), f"the password is in {path.name}"
     trace = (tmp_path / "trace" / "trace.jsonl").read_text()
     assert '"by": "person"' in trace and "{{PASSWORD}}" in trace
+    steps = [json.loads(line) for line in trace.splitlines() if '"type": "step"' in line]
+    # The person's eight steps, and nothing of what the page itself handed the binding
+    kinds = [step["actions"][0]["action"] for step in steps]
+    assert kinds == ["left_click", "type", "left_click", "type", "left_click", "left_click", "left_click", "left_click"]
+    assert all(step["by"] == "person" for step in steps)
     assert (tmp_path / "trace" / "report.html").is_file()
 
     # The export replays in the sandbox, the password from the environment.
