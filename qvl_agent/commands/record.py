@@ -73,6 +73,8 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
     stop = {"asked": False}
 
     def ask_to_stop(_signum, _frame) -> None:
+        if stop["asked"]:  # a second Ctrl+C: the person does not want to wait for the end state
+            raise KeyboardInterrupt
         stop["asked"] = True  # the loop ends at its next tick, with the browser still open to read from
 
     previous = signal.signal(signal.SIGINT, ask_to_stop)
@@ -84,6 +86,7 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
         print(f"qvl-agent: recording in the browser window on {url}; close the window or press Ctrl+C here "
               "to stop.", file=sys.stderr, flush=True)  # fmt: skip
         why = recorder.wait(lambda: stop["asked"])
+        why = "Ctrl+C ended it" if why == "stopped" else why
         final = recorder.stop()
         write_browser_info(trace_dir, url, viewport, final)
         message = f"Recorded {recorder.steps} step(s) done by the person; {why}."
