@@ -27,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.act.recorder import check_payload, secret_name
+from qvl_agent.act.recorder import secret_name
 from qvl_agent.playwright.locate import Located
+from qvl_agent.playwright.recording import check_payload
 from tests.conftest import ROOT
 from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT
 from tests.pages.server import PageServer
