@@ -157,13 +157,6 @@ def _heal_html(step: dict) -> str:
     return f'<div class="{"heal failed" if problem else "heal"}"><h3>{_e(title)}</h3><table>{body}</table></div>'
 
 
-def _reply(step: dict) -> str:
-    """The model's reply; a step a person did (`qvl-agent record`) had none, and says so."""
-    if step.get("by") == "person" and not step.get("reply"):
-        return "(none: the person did this step, recorded by qvl-agent record)"
-    return step.get("reply", "")
-
-
 def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     """(the step's section, its timeline thumbnail)."""
     n = _e(step.get("step", "?"))
@@ -198,7 +191,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
         f'<h2>Step {n}<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
-        f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(_reply(step))}</pre>'
+        f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(step.get("reply", ""))}</pre>'
         f'<h3>Parsed actions</h3><ul class="actions">{actions or "<li>none</li>"}</ul>'
         f'<h3>Guard</h3><p class="guard">{_verdict(step, mode)}</p>'
         f'<h3>Results</h3><ul class="results">{results or "<li>none</li>"}</ul>{error}</div></section>'
