@@ -304,6 +304,7 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
         person = Person(viewport_origin())
         time.sleep(1.0)
         person.click(at[tip_button], hold=0)  # pressed and let go at once
+        time.sleep(1.5)  # the row goes (late, when the recorder held the click): the form moves up
         person.click(at["#city"])
         person.type("Oslo")
         _key("Tab")
@@ -318,7 +319,8 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
             ctrl_c(proc)
     assert proc.returncode == 0, err
     assert "the window was closed" in err
-    assert server.records("prefs") == [{"city": "Oslo", "colour": "green"}]
+    recorded = (tmp_path / "trace" / "trace.jsonl").read_text()
+    assert server.records("prefs") == [{"city": "Oslo", "colour": "green"}], recorded
     source = (tmp_path / "out.py").read_text()
     assert 'get_by_role("textbox", name="City", exact=True).fill("Oslo")' in source, source
     assert 'get_by_role("combobox", name="Colour", exact=True).select_option(label="green")' in source, source
