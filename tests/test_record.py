@@ -357,6 +357,7 @@ def test_record_needs_a_display_and_a_new_export_file(tmp_path):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
+    """A link opening a tab, work in that tab, then the stop hotkey: its own key press is no step."""
     _display()
     server.clear()
     start_url, prefs = f"{server.url}/rec-start.html", f"{server.url}/rec-prefs.html"
@@ -372,10 +373,15 @@ def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
         person.click(at["#save"])
         wait_for(lambda: server.records("prefs"), "the preferences to post")
         time.sleep(0.5)
+        _key("ctrl+alt+Escape")  # the stop hotkey ([hotkeys] stop)
+        out, err = proc.communicate(timeout=60)
     finally:
-        out, err = ctrl_c(proc) if proc.poll() is None else proc.communicate()
+        if proc.poll() is None:
+            ctrl_c(proc)
     assert proc.returncode == 0, err
+    assert "the stop hotkey Ctrl+Alt+Esc ended it" in err
     source = (tmp_path / "out.py").read_text()
+    assert "Escape" not in source and "Escape" not in (tmp_path / "trace" / "trace.jsonl").read_text()
     assert "with page.expect_popup() as popup:" in source, source
     assert 'page.get_by_role("link", name="Open the preferences", exact=True).click()' in source
 

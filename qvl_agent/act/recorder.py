@@ -155,6 +155,15 @@ class BrowserRecorder(BrowserExecutor):
                     pass  # the page is going: the earlier snapshot stands
         return "stopped"
 
+    def forget_key(self, keys: str) -> None:
+        """Leave out the last step when it is the press of `keys` (Playwright's "Control+Alt+Escape"): the
+        hotkey that ended the recording reached the page too, and is no part of the task."""
+        step = self._pending
+        if step is not None and step.kind == "key" and set(step.detail["keys"].split("+")) == set(keys.split("+")):
+            self._pending = None
+            if step.screenshot:
+                (self.trace.dir / step.screenshot).unlink(missing_ok=True)
+
     def stop(self) -> dict:
         """Write the last step and return the end state: read from the page when it is still open, else
         what it showed when it was last quiet (or only the URL it was on)."""

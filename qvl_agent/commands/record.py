@@ -4,8 +4,8 @@
                      [--trace-dir DIR] [--browser PATH] [TASK]
 
 Opens a headed Chromium on URL in a fresh profile and records what the person does there (`act.recorder`)
-into a run folder in the same format `browse` writes, each step marked as the person's. Closing the
-window, or Ctrl+C in the terminal, ends the recording cleanly: the last step and the page's end state are
+into a run folder in the same format `browse` writes, each step marked as the person's. The stop hotkey
+(`[hotkeys] stop`), closing the window, or Ctrl+C in the terminal ends the recording cleanly: the last step and the page's end state are
 read, the trace ends, report.html is written, and with --export FILE the run is compiled into the same
 kind of script `browse --export` writes (never over an existing file), which `qvl-agent replay` runs and
 `replay --heal` repairs. A password typed into a password field becomes a declared secret: the trace,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from qvl_agent import capture
 from qvl_agent.cli import add_engine_args, check_url, end_run_early, print_report
-from qvl_agent.config import Settings
+from qvl_agent.config import Settings, hotkey_keys, hotkey_label
 from qvl_agent.errors import QvlError, UsageError
 from qvl_agent.trace import TraceWriter, default_trace_dir
 
@@ -54,7 +54,8 @@ def _check_export(export: Path | None) -> None:
 
 
 def record(args: argparse.Namespace, settings: Settings) -> int:
-    from qvl_agent.act.browser import parse_viewport
+    from qvl_agent.act.browser import parse_viewport, playwright_key
+    from qvl_agent.act.guard import StopSwitch
     from qvl_agent.act.recorder import BrowserRecorder
     from qvl_agent.scripts.export.exporter import write_browser_info
 
@@ -69,7 +70,8 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
-    recorder = None
+    recorder = hotkey = None
+    switch = StopSwitch()
     stop = {"asked": False}
 
     def ask_to_stop(_signum, _frame) -> None:
@@ -83,10 +85,16 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
         recorder = BrowserRecorder(url, trace, browser=args.browser, configured_browser=settings.browser,
                                    viewport=viewport)  # fmt: skip
         trace.start(task=task, engine="none (recorded by a person)", executor="browser", mode="record")
-        print(f"qvl-agent: recording in the browser window on {url}; close the window or press Ctrl+C here "
-              "to stop.", file=sys.stderr, flush=True)  # fmt: skip
-        why = recorder.wait(lambda: stop["asked"])
-        why = "Ctrl+C ended it" if why == "stopped" else why
+        hotkey = _stop_hotkey(settings, switch)
+        keys = f"press {hotkey_label(settings.hotkeys.stop)}, " if hotkey else ""
+        print(f"qvl-agent: recording in the browser window on {url}; to stop, {keys}close the window or press "
+              "Ctrl+C here.", file=sys.stderr, flush=True)  # fmt: skip
+        why = recorder.wait(lambda: stop["asked"] or switch.is_set())
+        if switch.is_set():
+            why = f"the stop hotkey {hotkey_label(settings.hotkeys.stop)} ended it"
+            recorder.forget_key(playwright_key(tuple(hotkey_keys(settings.hotkeys.stop))))
+        elif why == "stopped":
+            why = "Ctrl+C ended it"
         final = recorder.stop()
         write_browser_info(trace_dir, url, viewport, final)
         message = f"Recorded {recorder.steps} step(s) done by the person; {why}."
@@ -99,6 +107,8 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
         raise
     finally:
         signal.signal(signal.SIGINT, previous)
+        if hotkey is not None:
+            hotkey.close()
         if recorder is not None:
             recorder.close()
         trace.close()
@@ -118,6 +128,20 @@ def record(args: argparse.Namespace, settings: Settings) -> int:
         for note in compiled.unexpressed:
             print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)
     return 0
+
+
+def _stop_hotkey(settings: Settings, switch):
+    """The stop hotkey (`[hotkeys] stop`, Ctrl+Alt+Esc by default) listening to end the recording, or None
+    with a note when global hotkeys cannot work here (the window and Ctrl+C still end it)."""
+    from qvl_agent.act.guard import HotkeyListener
+
+    listener = HotkeyListener(settings.hotkeys.stop, switch)
+    try:
+        listener.start()
+    except RuntimeError as exc:
+        print(f"qvl-agent: note: the stop hotkey is not available: {exc}.", file=sys.stderr, flush=True)
+        return None
+    return listener
 
 
 def _describe(settings: Settings, trace_dir: Path, secrets) -> dict[int, str]:
