@@ -5,14 +5,15 @@
 
 Opens a headed Chromium on URL in a fresh profile and records what the person does there (`act.recorder`)
 into a run folder in the same format `browse` writes, each step marked as the person's. The stop hotkey
-(`[hotkeys] stop`), closing the window, or Ctrl+C in the terminal ends the recording cleanly: the last step and the page's end state are
-read, the trace ends, report.html is written, and with --export FILE the run is compiled into the same
-kind of script `browse --export` writes (never over an existing file), which `qvl-agent replay` runs and
-`replay --heal` repairs. A password typed into a password field becomes a declared secret: the trace,
-the report and the script hold `{{PASSWORD}}`, and the script reads `$QVL_SECRET_PASSWORD`. No model is
-needed; with --describe, once the person has stopped, the model says each step's intent in words from
-its screenshot (`step_words`), and the script's `# intent:` lines carry them for `replay --heal`.
-Exit 0 when the recording was written, 1 when the browser failed, 2 on bad usage.
+(`[hotkeys] stop`), closing the window, or Ctrl+C in the terminal ends the recording cleanly: the last
+step and the page's end state are read, the trace ends, report.html is written, and with --export FILE
+the run is compiled into the same kind of script `browse --export` writes (never over an existing file),
+which `qvl-agent replay` runs and `replay --heal` repairs. A password typed into a password field
+becomes a declared secret: the trace, the report and the script hold `{{PASSWORD}}`, and the script
+reads `$QVL_SECRET_PASSWORD`. No model is needed; with --describe, once the person has stopped, the
+model says each step's intent in words from its screenshot (`step_words`), and the script's `# intent:`
+lines carry them for `replay --heal`. Exit 0 when the recording was written, 1 when the browser
+failed, 2 on bad usage, 130 after a second Ctrl+C.
 """
 
 from __future__ import annotations
