@@ -357,15 +357,20 @@ def test_record_needs_a_display_and_a_new_export_file(tmp_path):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
-    """A link opening a tab, work in that tab, then the stop hotkey: its own key press is no step."""
+    """A search sent with Enter (a navigation), a link opening a tab, work in that tab, then the stop
+    hotkey: its own key press is no step."""
     _display()
     server.clear()
     start_url, prefs = f"{server.url}/rec-start.html", f"{server.url}/rec-prefs.html"
-    link, at = centres(start_url, ["#open"]), centres(prefs, ["#city", "#save"])
+    link, at = centres(start_url, ["#q", "#open"]), centres(prefs, ["#city", "#save"])
     proc = start_recording(tmp_path, start_url)
     try:
         person = Person(viewport_origin())
         time.sleep(1.0)
+        person.click(link["#q"])
+        person.type("tea")
+        _key("Return")  # submits the search: the page navigates before the recorder could read the field
+        time.sleep(1.5)
         person.click(link["#open"])
         time.sleep(2.0)  # the new tab opens in the same window, its viewport where the first one's was
         person.click(at["#city"])
@@ -382,6 +387,10 @@ def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
     assert "the stop hotkey Ctrl+Alt+Esc ended it" in err
     source = (tmp_path / "out.py").read_text()
     assert "Escape" not in source and "Escape" not in (tmp_path / "trace" / "trace.jsonl").read_text()
+    assert 'page.get_by_role("textbox", name="Search", exact=True).fill("tea")' in source, err
+    assert 'page.get_by_role("textbox", name="Search", exact=True).press("Enter")' in source, source
+    assert 'expect(page).to_have_url(origin + "/rec-start.html?q=tea")' in source
+    assert "keyboard.type" not in source, source
     assert "with page.expect_popup() as popup:" in source, source
     assert 'page.get_by_role("link", name="Open the preferences", exact=True).click()' in source
 

@@ -103,6 +103,7 @@ class BrowserRecorder(BrowserExecutor):
         self._pending: _Step | None = None
         self._tickets = itertools.count()
         self._serving = 0
+        self._issued = 0  # the last ticket handed out
         self._skipped: set[int] = set()
         self._stopping = False
         self._url_now = url
@@ -161,8 +162,12 @@ class BrowserRecorder(BrowserExecutor):
         step = self._pending
         if step is not None and step.kind == "key" and set(step.detail["keys"].split("+")) == set(keys.split("+")):
             self._pending = None
-            if step.screenshot:
-                (self.trace.dir / step.screenshot).unlink(missing_ok=True)
+            self._drop(step)
+
+    def _drop(self, step: _Step) -> None:
+        """A step that turned out to be none: its picture goes (its number stays unused)."""
+        if step.screenshot:
+            (self.trace.dir / step.screenshot).unlink(missing_ok=True)
 
     def stop(self) -> dict:
         """Write the last step and return the end state: read from the page when it is still open, else
@@ -180,7 +185,7 @@ class BrowserRecorder(BrowserExecutor):
     def _on_event(self, source, payload) -> None:
         """The binding: one event at a time, in the order the page sent them (each call runs in its own
         greenlet, and resolving a locator waits on the page, so a later event could overtake)."""
-        ticket = next(self._tickets)
+        ticket = self._issued = next(self._tickets)
         my_turn = False
         try:
             while self._serving < ticket and not self._stopping:
@@ -216,9 +221,16 @@ class BrowserRecorder(BrowserExecutor):
             pending.kind = CLICK_COUNTS[event["count"]]  # the second press of a double click
             return
         handle = self._handle(frame, event["id"])
-        # Typing into the element just clicked: the click left it as the typing found it (read in the page
-        # before the first key), not as it is by now, when some of the typing may already be in it.
-        self._finish(event["state"] if event["kind"] == "typing" and self._same(pending, handle) else None)
+        # Read in the page as this event happened, not as the page is by now: typing that ends leaves its
+        # field as it was then (the page may have navigated since); typing into the element just clicked
+        # finds it as the click left it (some of the typing may be in it by now).
+        after = None
+        if pending is not None and pending.kind == "type":
+            after = event["typed"]
+        elif event["kind"] == "typing" and self._same(pending, handle):
+            after = event["state"]
+        before_step = pending
+        self._finish(after)
         if event["kind"] == "pointer" and event["button"] not in POINTER_KINDS:
             return
         self.page = page
@@ -226,6 +238,10 @@ class BrowserRecorder(BrowserExecutor):
         # An (i)frame, a canvas or the bare page stays a point, as `locate` keeps it for the model's clicks.
         named = main and (event["state"] or {}).get("tag") not in POINT_ONLY
         located = self._resolve(page, handle) if named else None
+        if located is None and event.get("own") and before_step is not None and before_step.located is not None:
+            # The element of the step before (a key in the field just typed into, typing into the field
+            # just clicked), whose page went on before this event could be resolved (Enter that submits).
+            located, handle = before_step.located, before_step.handle
         detail: dict = {"url": event["url"] if main else page.url}
         if self._tab():
             detail["tab"] = self._tab()
@@ -262,13 +278,18 @@ class BrowserRecorder(BrowserExecutor):
             detail["chosen"] = True
         self.steps += 1
         step = _Step(self.steps, kind, detail, handle, located)
-        self._shoot(page, step)
+        if self._issued == self._serving:  # no event waits: a picture now still shows the page before it
+            self._shoot(page, step)
         self._pending = step
 
     def _handle(self, frame, target: int):
+        """The event's element, from the capture script's table; None when its document is gone."""
         if not target:
             return None
-        found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{self._nonce}'](id)", target)
+        try:
+            found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{self._nonce}'](id)", target)
+        except self._error_type:
+            return None  # the page navigated while this event waited its turn
         return found.as_element()
 
     def _same(self, step: _Step | None, handle) -> bool:
@@ -322,6 +343,9 @@ class BrowserRecorder(BrowserExecutor):
         action: dict = {"action": step.kind}
         if step.kind == "type":
             self._typing(step)
+            if not detail["text"] and (detail["after"] or {}).get("value") == (detail["before"] or {}).get("value"):
+                self._drop(step)  # typing that changed nothing (a key the field ignored): no step
+                return
             action["text"] = detail["text"]
         elif step.kind == "key":
             action["keys"] = detail["keys"].split("+")

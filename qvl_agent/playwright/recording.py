@@ -71,21 +71,25 @@ CAPTURE_JS = """((nonce, binding, sel) => {
   // In a field the value records the editing: only keys that leave it or act on the page are steps.
   const FIELD_KEYS = new Set(['Enter', 'Tab', 'Shift+Tab', 'Escape']);
   const EDIT_CHORD = /^(Control|Meta)\\+[acvxyz]$/;
-  let typing = null, waiting = null;
+  let typing = null, waiting = null, pressed = null;
+  // The field being typed into as it is now, as the typing ends: the page may navigate before the
+  // recorder could read it (Enter that submits, a click on the submit button).
+  const leave = () => { const t = typing; typing = null; return t && t.isConnected ? state(t) : null; };
   const selects = new WeakMap();
 
   addEventListener('pointerdown', (e) => {
     if (!e.isTrusted) return;
-    typing = null;
+    const typed = leave();
     let t = null;
     try { t = TARGET([e.clientX, e.clientY, sel]); } catch (err) { t = null; }
     t = element(t) || element(deep(e));
     if (!t) return;
+    pressed = t;
     if (t.tagName === 'SELECT') selects.set(t, state(t));
     let text = '';
     try { text = document.body ? document.body.innerText.slice(0, %(max_text)d) : ''; } catch (err) {}
     const sent = send({kind: 'pointer', id: keep(t), button: e.button, count: e.detail, x: e.clientX,
-                       y: e.clientY, state: state(t), text});
+                       y: e.clientY, state: state(t), text, typed});
     const held = Promise.race([sent, new Promise((r) => setTimeout(r, %(hold_ms)d))]);
     waiting = held;
     held.then(() => { if (waiting === held) waiting = null; });
@@ -109,8 +113,11 @@ CAPTURE_JS = """((nonce, binding, sel) => {
     if (!e.isTrusted) return;
     const t = element(deep(e));
     if (!t || t === typing) return;
+    // Enter in a one-line field asks for a line break it never gets: the key is the step, not typing.
+    if (t.tagName === 'INPUT' && (e.inputType === 'insertLineBreak' || e.inputType === 'insertParagraph')) return;
+    const typed = leave();
     typing = t;
-    send({kind: 'typing', id: keep(t), state: state(t)});
+    send({kind: 'typing', id: keep(t), state: state(t), typed, own: t === pressed});
   }, true);
 
   addEventListener('keydown', (e) => {
@@ -120,8 +127,9 @@ CAPTURE_JS = """((nonce, binding, sel) => {
     let t = element(deep(e));
     if (t === document.body || t === document.documentElement) t = null;
     if (isField(t) && !FIELD_KEYS.has(name) && (!/^(Control|Alt|Meta)\\+/.test(name) || EDIT_CHORD.test(name))) return;
-    typing = null;
-    send({kind: 'key', keys: name, id: t ? keep(t) : 0, state: t ? state(t) : null});
+    const own = !!t && t === typing;  // a key ending the typing in its own field (Enter that submits it)
+    const typed = leave();
+    send({kind: 'key', keys: name, id: t ? keep(t) : 0, state: t ? state(t) : null, typed, own});
   }, true);
 
   // The listener above is the recorder's, not the page's: the fields' `keys` state must not count it.
@@ -138,7 +146,7 @@ CAPTURE_JS = """((nonce, binding, sel) => {
     if (!t || t.tagName !== 'SELECT') return;
     const now = state(t), before = selects.has(t) ? selects.get(t) : null;
     selects.set(t, now);
-    send({kind: 'select', id: keep(t), before, state: now});
+    send({kind: 'select', id: keep(t), before, state: now, typed: leave()});
   }, true);
 })(%(nonce)s, %(binding)s, %(interactive)s);"""
 
@@ -212,7 +220,8 @@ def check_payload(payload, nonce: str) -> dict | None:
     state = _state(payload.get("state")) if payload.get("state") is not None else None
     if payload.get("state") is not None and state is None:
         return None
-    event: dict = {"kind": kind, "id": target, "url": url, "state": state}
+    typed = _state(payload.get("typed")) if payload.get("typed") is not None else None
+    event: dict = {"kind": kind, "id": target, "url": url, "state": state, "typed": typed}
     if kind == "pointer":
         x, y = _number(payload.get("x")), _number(payload.get("y"))
         button, count = payload.get("button"), payload.get("count")
@@ -224,6 +233,8 @@ def check_payload(payload, nonce: str) -> dict | None:
         if not isinstance(keys, str) or len(keys) > 64 or not _KEY.fullmatch(keys):
             return None
         event["keys"] = keys
+    if kind in ("key", "typing"):
+        event["own"] = payload.get("own") is True  # the element of the step before (see `act.recorder`)
     elif kind == "select":
         event["before"] = _state(payload.get("before")) if payload.get("before") is not None else None
     return event
