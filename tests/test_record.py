@@ -72,6 +72,30 @@ def test_a_password_fields_secret_is_named_after_its_label():
     assert secret_name(Located({"kind": "label", "text": "2nd key"}), {}, "1") == "PASSWORD"
 
 
+def test_the_model_says_each_recorded_step_in_words_masked_and_on_one_line(tmp_path):
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.image import Screenshot
+    from qvl_agent.secrets import Secrets
+    from qvl_agent.step_words import describe_steps
+    from qvl_agent.trace import TraceWriter, read_trace
+
+    trace = TraceWriter(tmp_path / "run")
+    trace.start(task="t", mode="record")
+    shot = Screenshot(bytes(64 * 48 * 4), 64, 48, "BGRA")
+    click = {"action": "left_click", "coordinate": [500, 500]}
+    for n in (1, 2):
+        name = trace.screenshot(n, shot)
+        result = {"action": 'click the "Sign in" button', "ok": True}
+        trace.step({"step": n, "by": "person", "screenshot": name, "actions": [click], "results": [result]})
+    trace.step({"step": 3, "reply": "a model's step", "actions": [], "results": []})  # not the person's
+    trace.close()
+    engine = ReplayEngine(['"Sign in as ada with hunter2"\nmore', "  \n" + "x" * 300])
+    words = describe_steps(engine, read_trace(tmp_path / "run"), Secrets({"PASSWORD": "hunter2"}))
+    assert words[1] == "Sign in as ada with {{PASSWORD}}"
+    assert len(words[2]) == 120 and words[2].endswith("…")
+    assert 3 not in words and engine.position == 2
+
+
 # --- end to end: a person on the display ----------------------------------------------------------------
 
 
