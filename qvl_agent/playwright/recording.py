@@ -214,7 +214,7 @@ def check_payload(payload, nonce: str) -> dict | None:
     if kind not in ("pointer", "typing", "key", "select"):
         return None
     target = payload.get("id")
-    url = _text(payload.get("url"), 8192)
+    url = _text(payload.get("url"))
     if not isinstance(target, int) or isinstance(target, bool) or not 0 <= target < 2**31 or url is None:
         return None
     state = _state(payload.get("state")) if payload.get("state") is not None else None
