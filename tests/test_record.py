@@ -194,23 +194,31 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
 
 
 def start_recording(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen:
+    """`qvl-agent record` in its own process group, as a terminal's foreground job is; returns once it says
+    it is recording (its capture script is in the page by then). Its stderr goes to record.err."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **ENV)
     args = ["--url", url, "--export", str(tmp_path / "out.py"), "--trace-dir", str(tmp_path / "trace"), *extra]
-    return subprocess.Popen(
-        [sys.executable, "-m", "qvl_agent", "record", *args, "sign in and cancel order 1002"],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, as a terminal's foreground job has
-    )
+    with open(tmp_path / "record.err", "w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qvl_agent", "record", *args, "sign in and cancel order 1002"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    wait_for(lambda: "recording in the browser window" in errors(tmp_path) or proc.poll() is not None, "the recorder")
+    assert proc.poll() is None, errors(tmp_path)
+    return proc
 
 
-def ctrl_c(proc: subprocess.Popen) -> tuple[str, str]:
+def errors(tmp_path: Path) -> str:
+    return (tmp_path / "record.err").read_text()
+
+
+def ctrl_c(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl+C in the terminal sends: the whole group
-    out, err = proc.communicate(timeout=120)
-    return out, err
+    proc.wait(timeout=120)
 
 
 def replay(tmp_path: Path, *args: str, secret: str = PASSWORD) -> subprocess.CompletedProcess:
@@ -235,7 +243,6 @@ def test_a_recorded_task_replays_keeps_the_password_out_and_heals(tmp_path, serv
     proc = start_recording(tmp_path, signin)
     try:
         person = Person(viewport_origin())
-        time.sleep(1.0)  # the window has painted; the capture script went in before that
         person.click(form["#user"])
         person.type("ada")
         person.click(form["#pw"])
@@ -249,7 +256,9 @@ def test_a_recorded_task_replays_keeps_the_password_out_and_heals(tmp_path, serv
         wait_for(lambda: server.records("cancel"), "the cancel to post")
         time.sleep(0.5)
     finally:
-        out, err = ctrl_c(proc) if proc.poll() is None else proc.communicate()
+        if proc.poll() is None:
+            ctrl_c(proc)
+    err = errors(tmp_path)
     assert proc.returncode == 0, err
     assert server.records("signin") == [{"user": "ada", "pw": PASSWORD, "remember": True}]
     assert server.records("cancel") == [{"order": "#1002"}]
@@ -326,7 +335,6 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
     proc = start_recording(tmp_path, url, "--describe", "--engine", f"replay:{replies}")
     try:
         person = Person(viewport_origin())
-        time.sleep(1.0)
         person.click(at[tip_button], hold=0)  # pressed and let go at once
         time.sleep(1.5)  # the row goes (late, when the recorder held the click): the form moves up
         person.click(at["#city"])
@@ -337,10 +345,11 @@ def test_closing_the_window_ends_the_recording_with_its_export(tmp_path, server)
         wait_for(lambda: server.records("prefs"), "the preferences to post")
         time.sleep(2.0)  # the recorder reads the quiet page
         _key("ctrl+w")
-        out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             ctrl_c(proc)
+    err = errors(tmp_path)
     assert proc.returncode == 0, err
     assert "the window was closed" in err
     recorded = (tmp_path / "trace" / "trace.jsonl").read_text()
@@ -390,7 +399,6 @@ def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
     proc = start_recording(tmp_path, start_url)
     try:
         person = Person(viewport_origin())
-        time.sleep(1.0)
         person.click(link["#q"])
         person.type("tea")
         _key("Return")  # submits the search: the page navigates before the recorder could read the field
@@ -403,10 +411,11 @@ def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
         wait_for(lambda: server.records("prefs"), "the preferences to post")
         time.sleep(0.5)
         _key("ctrl+alt+Escape")  # the stop hotkey ([hotkeys] stop)
-        out, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             ctrl_c(proc)
+    err = errors(tmp_path)
     assert proc.returncode == 0, err
     assert "the stop hotkey Ctrl+Alt+Esc ended it" in err
     source = (tmp_path / "out.py").read_text()
