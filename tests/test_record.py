@@ -390,15 +390,18 @@ def test_record_needs_a_display_and_a_new_export_file(tmp_path):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
-    """A search sent with Enter (a navigation), a link opening a tab, work in that tab, then the stop
-    hotkey: its own key press is no step."""
+    """A click inside an iframe (kept as its pixel), a search sent with Enter (a navigation), a link
+    opening a tab, work in that tab, then the stop hotkey: its own key press is no step."""
     _display()
     server.clear()
     start_url, prefs = f"{server.url}/rec-start.html", f"{server.url}/rec-prefs.html"
-    link, at = centres(start_url, ["#q", "#open"]), centres(prefs, ["#city", "#save"])
+    link, at = centres(start_url, ["#q", "#open", "#frame"]), centres(prefs, ["#city", "#save"])
+    like = (link["#frame"][0] - 150 + 8 + 20, link["#frame"][1] - 30 + 8 + 10)  # the frame's button, inside it
     proc = start_recording(tmp_path, start_url)
     try:
         person = Person(viewport_origin())
+        person.click(like)  # inside an iframe: no locator reaches it, so the script clicks its pixel
+        wait_for(lambda: server.records("inner"), "the like to post")
         person.click(link["#q"])
         person.type("tea")
         _key("Return")  # submits the search: the page navigates before the recorder could read the field
@@ -427,7 +430,10 @@ def test_a_tab_the_person_opened_is_a_popup_in_the_script(tmp_path, server):
     assert "with page.expect_popup() as popup:" in source, source
     assert 'page.get_by_role("link", name="Open the preferences", exact=True).click()' in source
 
+    assert re.search(r"page\.mouse\.click\(\d+, \d+\)", source), source
+
     server.clear()
     again = replay(tmp_path, str(tmp_path / "out.py"), "-o", str(tmp_path / "replayed"))
     assert again.returncode == 0, again.stdout + again.stderr
+    assert server.records("inner") == [{"liked": True}]
     assert server.records("prefs") == [{"city": "Rome", "colour": "red"}]

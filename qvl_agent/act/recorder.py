@@ -185,6 +185,9 @@ class BrowserRecorder(BrowserExecutor):
     def _on_event(self, source, payload) -> None:
         """The binding: one event at a time, in the order the page sent them (each call runs in its own
         greenlet, and resolving a locator waits on the page, so a later event could overtake)."""
+        event = check_payload(payload, self._nonce)
+        if event is None or self._stopping:
+            return  # not the capture script's (a page calling the binding itself): dropped before it waits
         ticket = self._issued = next(self._tickets)
         my_turn = False
         try:
@@ -193,9 +196,7 @@ class BrowserRecorder(BrowserExecutor):
             my_turn = True
             self._last_event = time.monotonic()
             if not self._stopping:
-                event = check_payload(payload, self._nonce)
-                if event is not None:
-                    self._record(source, event)
+                self._record(source, event)
         except Exception as exc:  # a page that navigated or closed mid-event: that event is lost, not the run
             if len(self.problems) < 20:
                 self.problems.append(f"an event could not be recorded ({str(exc).splitlines()[0][:200]})")
