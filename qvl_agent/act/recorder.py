@@ -244,6 +244,8 @@ class BrowserRecorder(BrowserExecutor):
             # just clicked), whose page went on before this event could be resolved (Enter that submits).
             located, handle = before_step.located, before_step.handle
         detail: dict = {"url": event["url"] if main else page.url}
+        if not main:
+            detail["frame"] = event["url"]  # the document inside the frame, for the person reading the report
         if self._tab():
             detail["tab"] = self._tab()
         if located is not None:
@@ -402,6 +404,8 @@ def describe(step: _Step) -> str:
     what = inner.get("name") or inner.get("text") or inner.get("value") or ""
     role = inner.get("role") or (step.located.element.get("tag", "") if step.located else "")
     target = f'the "{what}" {role or "element"}'.strip() if what else (f"the {role}" if role else "the page")
+    if step.detail.get("frame"):
+        target = f"the page inside a frame ({step.detail['frame'][:80]})"
     if locator.get("kind") == "within":
         target += f' in the item that says "{locator.get("has_text", "")}"'
     if step.kind == "type":
