@@ -22,6 +22,7 @@ COMMANDS = [
     "locate",
     "run",
     "browse",
+    "record",
     "playwright",
     "replay",
     "trace",

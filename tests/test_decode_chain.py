@@ -50,27 +50,64 @@ def _conversation(engine, shot, first: GenerationOptions, second: GenerationOpti
     return replies, list(session.context.ids), session
 
 
+def _two_b_widths(tiny_model_dir):
+    """Random weights with the real 2B's attention and MLP widths (hidden 2048, 16 query heads on 8 K/V
+    heads of 128, MLP 6144) but two layers and a small vocabulary: what the step's kernels see, on a CPU."""
+    from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
+
+    from qvl_agent.devtools.tiny_model import qwen3vl_2b_config
+
+    config = qwen3vl_2b_config(AutoTokenizer.from_pretrained(str(tiny_model_dir)))
+    text = config.text_config
+    text.num_hidden_layers, text.vocab_size, text.dtype = 2, 1024, "float32"
+    config.vision_config.depth, config.vision_config.deepstack_visual_indexes = 1, [0]
+    torch.manual_seed(0)
+    return Qwen3VLForConditionalGeneration(config).to(torch.float32).eval()
+
+
+IDS = torch.randint(0, 500, (1, 20), generator=torch.Generator().manual_seed(0))
+POS = torch.arange(20).view(1, 1, -1).expand(3, 1, -1)
+
+
+@pytest.fixture(scope="module", params=["tiny", "2b widths"])
 @torch.inference_mode()
-def test_the_fast_step_gives_transformers_logits_and_fusing_changes_no_weight(tiny_model_dir):
+def fused(request, tiny_model_dir):
+    """(model with fused weights, its LayerWeights, one full forward's logits over IDS from before fusing)."""
     from transformers import Qwen3VLForConditionalGeneration
 
-    model = Qwen3VLForConditionalGeneration.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    if request.param == "tiny":
+        model = Qwen3VLForConditionalGeneration.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    else:
+        model = _two_b_widths(tiny_model_dir)
     assert supported(model) == ""
-    ids = torch.randint(0, 500, (1, 20), generator=torch.Generator().manual_seed(0))
-    pos = torch.arange(20).view(1, 1, -1).expand(3, 1, -1)
-    before = model(input_ids=ids, position_ids=pos).logits[0]
+    before = model(input_ids=IDS, position_ids=POS).logits[0]  # one full forward: the reference
     params = sum(p.numel() for p in model.parameters())
     layers = fuse_weights(model)
     # The model's own Linears now view the fused tensors: same numbers, no second copy of the weights.
-    assert torch.equal(model(input_ids=ids, position_ids=pos).logits[0], before)
+    assert torch.equal(model(input_ids=IDS, position_ids=POS).logits[0], before)
     attn = model.model.language_model.layers[0].self_attn
     assert attn.k_proj.weight.untyped_storage().data_ptr() == layers[0].qkv.untyped_storage().data_ptr()
     assert sum(p.numel() for p in model.parameters()) == params
+    return model, layers, before
+
+
+@pytest.mark.parametrize("attention", ["gqa", "packed"])
+@torch.inference_mode()
+def test_the_fast_step_gives_transformers_logits_and_fusing_changes_no_weight(fused, attention):
+    model, layers, before = fused
     slot = KVSlot(model, 3072, torch.device("cpu"), torch.float32)
-    step, view = FastStep(model, layers), slot.views[2048]  # a shorter view of the slot, as on a GPU
-    logits = torch.cat([step(ids[:, i : i + 1], pos[:, :, i : i + 1], view)[:, -1] for i in range(20)])
-    torch.testing.assert_close(logits, before, rtol=1e-4, atol=1e-4)
+    step, view = FastStep(model, layers, attention=attention), slot.views[2048]  # a shorter view, as on a GPU
+    logits = torch.cat([step(IDS[:, i : i + 1], POS[:, :, i : i + 1], view)[:, -1] for i in range(20)])
+    torch.testing.assert_close(logits, before, rtol=1e-4, atol=1e-4)  # teacher-forced, token by token
     assert int(slot.cache.layers[-1].cumulative_length) == 20  # every layer's length advanced once a step
+
+
+def test_an_unknown_attention_variant_is_refused(tiny_model_dir):
+    from transformers import Qwen3VLForConditionalGeneration
+
+    model = Qwen3VLForConditionalGeneration.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    with pytest.raises(ValueError, match="gqa, packed"):
+        FastStep(model, fuse_weights(model), attention="flash")
 
 
 @pytest.mark.parametrize("speculative", [False, True])

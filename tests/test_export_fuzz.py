@@ -15,6 +15,7 @@ import pytest
 
 from qvl_agent.scripts.export.exporter import compile_run
 from qvl_agent.scripts.export.gate import PLAYWRIGHT_ATTRS, UnsafeScript, check_export
+from qvl_agent.scripts.literals import read_secrets
 from qvl_agent.secrets import PLACEHOLDER, Secrets
 
 ORIGIN = "http://127.0.0.1:8000"
@@ -155,8 +156,12 @@ def test_ten_thousand_random_values_export_scripts_that_hold_only_the_calls_the_
                 assert isinstance(node.value, ast.Constant)  # the docstring stays a plain string
             elif isinstance(node, ast.Assign) and node.targets[0].id == "START_URL":
                 assert isinstance(node.value, ast.Constant)
-            elif isinstance(node, ast.Assign) and node.targets[0].id in ("SECRETS", "START_DIALOGS"):
-                assert ast.literal_eval(node.value) is not None  # the variables it reads; dialogs at the start
+            elif isinstance(node, ast.Assign) and node.targets[0].id == "SECRETS":
+                # the variables the steps type from: names of declared secrets, nothing else
+                names = [value_of(item) for item in node.value.elts]
+                assert names == read_secrets(source)  # exactly those the steps read, no other name
+            elif isinstance(node, ast.Assign) and node.targets[0].id == "START_DIALOGS":
+                assert ast.literal_eval(node.value) == []  # no dialog in these runs
             else:
                 assert ast.dump(node) == fixed[i]
         secret = PLACEHOLDER.pattern.replace("[A-Za-z_][A-Za-z0-9_]*", "|".join(DECLARED.values))

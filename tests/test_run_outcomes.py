@@ -58,6 +58,9 @@ def _interrupt_mid_run(tmp_path: Path, *args: str) -> tuple[int, str, str]:
         env=env,
         cwd=ROOT,
         start_new_session=True,
+        # A terminal's foreground program gets Ctrl+C: a pytest-xdist worker ignores SIGINT, and a child
+        # would inherit that (Python then never raises KeyboardInterrupt).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = b""
     try:

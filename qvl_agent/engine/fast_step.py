@@ -8,10 +8,12 @@ gate/up as five small GEMVs per layer that reach a third of the memory bandwidth
 - q/k/v and gate/up each run as one GEMV over weights concatenated once (`fuse_weights`); the model's own
   Linear layers become row views of those tensors, so no memory is added and every other path (prefill,
   vision, the eager forward) reads the very same numbers;
-- attention runs per key/value head, the query heads of a group as the rows of one query (no K/V copy).
-  This is the variant the fp32 GPU check passed with. SDPA's `enable_gqa` with the mask measured faster on
-  an H200 (15 us a layer at a 3k view, against 71 us for packed rows and 51 us for transformers' copy +
-  attention) but has not been through the GPU check yet: switch to it only with that check passing;
+- attention reads each key/value head once for all the query heads of its group, without copying K/V:
+  by default through SDPA's `enable_gqa` (`attention="gqa"`: 15 us a layer at a 3k view on an H200,
+  against 71 us for packed rows and 51 us for transformers' copy + attention), or with the query heads
+  of a group as the rows of one query (`attention="packed"`, the first variant through the GPU check).
+  Both give transformers' logits in fp32 on a CPU (tests/test_decode_chain.py) and go through
+  `scripts/gpu_check.py` on a GPU;
 - the KV write is transformers' own `index_copy_` at the slot's length, and the length counters of all
   layers advance once at the end of the step;
 - the element-wise work between the GEMVs (RMSNorms, q/k-norm, RoPE, SiLU, residual adds) is in two
@@ -109,11 +111,16 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+ATTENTION = ("gqa", "packed")  # how a decode step attends (see the module docstring)
+
+
 class FastStep:
     """`step(ids [1, 1], pos [3, 1, 1], cache)` -> logits `[1, 1, V]`, appending one token to a StaticCache
     (a `KVSlot` view). `compile` wraps the element-wise pieces (identity by default, e.g. on a CPU)."""
 
-    def __init__(self, model, layers: list[LayerWeights], compile: Callable = lambda f: f):
+    def __init__(self, model, layers: list[LayerWeights], compile: Callable = lambda f: f, attention: str = "gqa"):
+        if attention not in ATTENTION:
+            raise ValueError(f"attention is one of {', '.join(ATTENTION)}, not {attention!r}")
         text = model.config.get_text_config()
         self.lm = model.model.language_model
         self.norm = self.lm.norm.weight.detach()
@@ -124,7 +131,9 @@ class FastStep:
         nq, nk, eps, inter = heads * hd, kv_heads * hd, text.rms_norm_eps, text.intermediate_size
         self.kv_heads, self.groups, self.hd = kv_heads, heads // kv_heads, hd
         self.scale = self.lm.layers[0].self_attn.scaling
+        self.gqa = attention == "gqa"
         self._ranges: dict[tuple, torch.Tensor] = {}
+        gqa = self.gqa
 
         def attn_in(h, ln1, qkv_w, qn, kn, cos, sin):
             x = _rms(h, ln1, eps)
@@ -135,6 +144,8 @@ class FastStep:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
+            if gqa:
+                return q, k, v  # [1, heads, 1, hd]: SDPA maps query head i to K/V head i // groups
             # The query heads of one group become the rows of one query on their K/V head.
             return q.reshape(1, kv_heads, heads // kv_heads, hd), k, v
 
@@ -167,7 +178,10 @@ class FastStep:
             q, k, v = self._attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
             kv.keys.index_copy_(2, index, k)
             kv.values.index_copy_(2, index, v)
-            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, scale=self.scale)
+            # o: [1, heads, 1, hd] or [1, kv_heads, groups, hd], both heads in order once flattened
+            o = F.scaled_dot_product_attention(
+                q, kv.keys, kv.values, attn_mask=mask, scale=self.scale, enable_gqa=self.gqa
+            )
             h = self._attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
         torch._foreach_add_([kv.cumulative_length for kv in layers], 1)
         return self._final(h, self.norm, self.head)

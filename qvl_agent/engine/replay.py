@@ -78,19 +78,19 @@ class ReplaySession(Session):
         )
         reply = self.engine.next_reply()
         pieces = _pieces(reply)
-        first = None
         for piece in pieces:
             if self.cancelled:
                 raise GenerationCancelled("The answer was stopped.")
             if self.engine.delay_s:
                 time.sleep(self.engine.delay_s)
-            first = first or time.perf_counter()
             yield piece
         end = time.perf_counter()
+        # No model ran: no first-token time or decode rate to report (on a busy machine the time this took
+        # would read as one), only how many pieces the reply had and how long it took in all.
         self.last_stats = TurnStats(
             vision="none" if not images else "miss",
-            ttft_ms=((first or end) - start) * 1000,
+            ttft_ms=0.0,
             decode_tokens=len(pieces),
-            decode_tokens_per_s=len(pieces) / max(end - start, 1e-9),
+            decode_tokens_per_s=0.0,
             total_ms=(end - start) * 1000,
         )

@@ -64,6 +64,7 @@ _TARGET_JS = """
   return t;
 }
 """
+TARGET_JS = _TARGET_JS  # the same choice for a person's pointer (`act.recorder`), made inside the page
 
 # The nearest text before an element in reading order, outside it: what a person reads as its caption when
 # it has no name of its own ("Quantity" before a bare field, "Beta" before a row's star).

@@ -22,12 +22,22 @@ write, NaN), which a trace written by the executor never holds.
 
 from __future__ import annotations
 
+import ast
 import math
 
 from qvl_agent.errors import InputError
-from qvl_agent.secrets import SECRET_NAME, env_name
+from qvl_agent.secrets import ENV_PREFIX, SECRET_NAME, env_name
 
-__all__ = ["UnsafeValue", "comment_text", "docstring_text", "env_read", "lit", "string_literal", "typed_code"]
+__all__ = [
+    "UnsafeValue",
+    "comment_text",
+    "docstring_text",
+    "env_read",
+    "lit",
+    "read_secrets",
+    "string_literal",
+    "typed_code",
+]
 
 MAX_ABS_NUMBER = 10**15  # far beyond any CSS pixel, count or tab index; keeps repr short and exact
 
@@ -115,3 +125,22 @@ def docstring_text(text: str) -> str:
     that could end the string or start an escape, placeholders left as they are."""
     one_line = comment_text(" ".join(str(text).split()))
     return one_line.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def read_secrets(source: str) -> list[str]:
+    """The `QVL_SECRET_*` variables `source` reads as `os.environ["QVL_SECRET_X"]` (what `env_read` writes),
+    sorted; none when it does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    return sorted(
+        {
+            node.slice.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and isinstance(node.slice.value, str)
+            and node.slice.value.startswith(ENV_PREFIX)
+        }
+    )

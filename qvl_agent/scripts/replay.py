@@ -24,7 +24,6 @@ features built on replay (a channel into the sandbox, a hook inside it).
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from qvl_agent.sandbox.bubblewrap import Bind
 from qvl_agent.sandbox.cgroup import enforcement
 from qvl_agent.sandbox.copy_back import keep_files
 from qvl_agent.scripts.header import BadOrigin, check_origin, origin_of, page_file, read_origins
-from qvl_agent.secrets import ENV_PREFIX
+from qvl_agent.scripts.literals import read_secrets
 
 
 @dataclass(frozen=True)
@@ -94,24 +93,6 @@ def allowed_origins(host: str) -> list[str]:
 def secret_variables(source: str, environment: Mapping[str, str]) -> dict[str, str]:
     """The `QVL_SECRET_*` variables of `environment` that `source` reads as `os.environ["QVL_SECRET_X"]`."""
     return {name: environment[name] for name in read_secrets(source) if name in environment}
-
-
-def read_secrets(source: str) -> list[str]:
-    """The `QVL_SECRET_*` variables `source` reads as `os.environ["QVL_SECRET_X"]`, sorted."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    return sorted(
-        {
-            node.slice.value
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Subscript)
-            and isinstance(node.slice, ast.Constant)
-            and isinstance(node.slice.value, str)
-            and node.slice.value.startswith(ENV_PREFIX)
-        }
-    )
 
 
 def replay_script(

@@ -41,6 +41,11 @@ from qvl_agent.ui.settings_dialog import SettingsDialog
 MENU_SETTLE_MS = 150  # a menu or window we just hid must be gone from the screen before the grab
 
 
+def _transient(widget: QWidget) -> bool:
+    """A window of ours that only comes and goes: the tray's notification bubble, a menu, a tooltip."""
+    return isinstance(widget, QMenu) or widget.metaObject().className() in ("QBalloonTip", "QTipLabel")
+
+
 class TrayApp(QObject):
     """Everything the running tray app holds. Build it after `QApplication`, then `start()`."""
 
@@ -199,18 +204,20 @@ class TrayApp(QObject):
         windows.append(self.automation.marker)
         return [w for w in windows if w is not None and isValid(w)]
 
-    def _hide_own_windows(self) -> list[QWidget]:
-        """Hide every window of ours that is on screen; the ones hidden."""
+    def _hide_own_windows(self) -> tuple[list[QWidget], bool]:
+        """Hide every window of ours that is on screen: (the windows to show again, whether anything was
+        hidden). Transient ones (the tray's notification bubble, a menu or tooltip) are hidden for good."""
         shown = [w for w in self._own_windows() if w.isVisible()]
-        for widget in shown:
+        transient = [w for w in QApplication.topLevelWidgets() if w.isVisible() and _transient(w)]
+        for widget in shown + transient:
             widget.hide()
-        return shown
+        return shown, bool(shown or transient)
 
     def _grab_without_us(self, then) -> None:
         """Grab the monitor under the pointer with our windows hidden, then call `then(shot, screen,
         browser)` and show the hidden windows again (the launcher and the other screens' windows)."""
         browser = browser_on_screen()  # before our window takes the focus
-        hidden = self._hide_own_windows()
+        hidden, any_hidden = self._hide_own_windows()
 
         def grab() -> None:
             try:
@@ -228,7 +235,7 @@ class TrayApp(QObject):
                 self._reused.clear()
                 self._restore_launcher()
 
-        if hidden:
+        if any_hidden:
             QTimer.singleShot(MENU_SETTLE_MS, grab)  # the windows under ours repaint first
         else:
             grab()

@@ -52,8 +52,8 @@ from qvl_agent.scripts.export.steps import Op, StepCompiler, python_locator, q, 
 from qvl_agent.scripts.header import render_header, script_origins
 from qvl_agent.scripts.intent import comment as intent_comment
 from qvl_agent.scripts.intent import op_action, reason_of, step_intent
-from qvl_agent.scripts.literals import comment_text, docstring_text, lit, typed_code
-from qvl_agent.secrets import PLACEHOLDER, SECRET_NAME, env_name
+from qvl_agent.scripts.literals import comment_text, docstring_text, lit, read_secrets, typed_code
+from qvl_agent.secrets import PLACEHOLDER
 from qvl_agent.trace import write_private
 
 __all__ = ["Compiled", "compile_run", "export_run", "export_trace", "python_locator", "write_browser_info"]
@@ -300,19 +300,6 @@ def _identity_check(intent: dict) -> list[str]:
     return [f"expect({code}).to_have_text({q(intent['name'])}, use_inner_text=True)"] if code else []
 
 
-def _secret_variables(steps: list[dict]) -> list[str]:
-    """The variables the steps read typed secrets from (`literals.typed_code`), for the script to ask for
-    before it starts rather than fail halfway."""
-    typed = [step.get("typed") or () for step in steps if step.get("ok", True)]
-    for step in steps:  # what prompt() dialogs got
-        detail = step.get("detail") or {}
-        for dialog in [*(detail.get("dialogs") or ()), *([detail["dialog"]] if "dialog" in detail else [])]:
-            if isinstance(dialog, dict) and isinstance(dialog.get("typed"), list):
-                typed.append(dialog["typed"])
-    names = {value for segments in typed for kind, value in segments if kind == "secret"}
-    return sorted(env_name(name) for name in names if isinstance(name, str) and SECRET_NAME.fullmatch(name))
-
-
 def _reference_source() -> str:
     """The template with neutral values: what `export_gate` compares the script against."""
     return _TEMPLATE.format(
@@ -414,7 +401,7 @@ def compile_run(
         width=lit(int(viewport[0])),
         height=lit(int(viewport[1])),
         chromium_args=lit(SCRIPT_CHROMIUM_ARGS),
-        secrets=lit(_secret_variables(steps)),
+        secrets=lit(read_secrets("if True:\n" + body)),  # the variables the steps read, from their syntax
         start_dialogs=lit([_dialog_args(d) for d in start_dialogs]),
         body=body,
     )
