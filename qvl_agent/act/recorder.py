@@ -41,6 +41,7 @@ import secrets as token
 import time
 from dataclasses import dataclass, field
 
+from qvl_agent import actions as A
 from qvl_agent.act.browser import BrowserExecutor
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
@@ -111,6 +112,9 @@ class BrowserRecorder(BrowserExecutor):
         self._seen = 0  # the step count when the end state was last read
         self._last_final: dict | None = None
         super().__init__(url, browser=browser, configured_browser=configured_browser, headless=False, viewport=viewport)
+        # Playwright takes a page's dialogs over, so the person never sees one: it is accepted, as a person
+        # mostly would, and said at the end (the export does not expect it yet, so the replay stops there).
+        self.answer_dialogs_with(self._accept_dialog)
         try:
             script = capture_script(self._nonce)
             self.context.expose_binding(BINDING, self._on_event)
@@ -123,6 +127,13 @@ class BrowserRecorder(BrowserExecutor):
         except BaseException:
             self.close()
             raise
+
+    def _accept_dialog(self, dialog) -> A.HandleDialog:
+        self.problems.append(
+            f"the page opened {dialog.describe()}, which was accepted for you; the script does not expect it, "
+            "so its replay stops there with the dialog's message"
+        )
+        return A.HandleDialog(True)
 
     # --- the loop ---------------------------------------------------------------------------------------
 
