@@ -110,7 +110,7 @@ class Dialogs:
     def __init__(self, expected):
         self.expected = []
         self.unexpected = []
-        self.where = ""  # the line of replay() that met the first unexpected dialog, or "the end"
+        self.where = ""  # the step of replay() that met the first unexpected dialog (in words), or "the end"
         for dialog in expected:
             self.expect(*dialog)
 
@@ -130,8 +130,8 @@ class Dialogs:
         else:
             self.unexpected.append("the page opened an unexpected " + dialog.type + " dialog " + repr(dialog.message)
                                    + " (it was dismissed)")
-            lines = [frame.lineno for frame in traceback.extract_stack() if frame.name == "replay"]
-            self.where = self.where or ("line " + str(lines[-1]) if lines else "the start")
+            line = replay_line()
+            self.where = self.where or (step_at(line) if line else "the start")
             dialog.dismiss()
 
     def check(self, page, seconds):
@@ -201,28 +201,50 @@ def main():
 
 
 def failed_step(exc):
-    """Which step `exc` ended, in words, from the `# intent:` line above the line that raised it."""
-    lines = open(__file__, encoding="utf-8").read().splitlines()
+    """Which step `exc` ended, in words: the step of the line of replay() that raised it."""
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if frame.name != "replay" or os.path.abspath(frame.filename) != os.path.abspath(__file__):
-            continue
-        for line in reversed(lines[: frame.lineno - 1]):
-            text = line.strip()
-            if text == "# the recorded end state":
-                return f"the recorded end state (line {{frame.lineno}})"
-            if text.startswith("# intent: "):
-                try:
-                    intent = dict(json.loads(text[len("# intent: ") :]))
-                except (ValueError, TypeError):
-                    intent = {{}}
-                what = [intent.get("action", "act on"), "the"]
-                what += [json.dumps(intent["name"], ensure_ascii=False)] if intent.get("name") else []
-                what += [intent.get("role") or "element"]
-                if intent.get("item"):
-                    what += ["in the item that says", json.dumps(intent["item"], ensure_ascii=False)]
-                return f"step {{intent.get('step', '?')}} ({{' '.join(what)}}, line {{frame.lineno}})"
-        return f"line {{frame.lineno}}"
+        if frame.name == "replay" and os.path.abspath(frame.filename) == os.path.abspath(__file__):
+            return step_at(frame.lineno)
     return "the start"
+
+
+def replay_line():
+    """The line replay() is at now, seen from a dialog handler: Playwright calls it on a greenlet of its own,
+    while replay() waits on the greenlet it came from."""
+    import greenlet
+
+    here = greenlet.getcurrent()
+    frames = [sys._getframe()]
+    g = here.parent
+    while g is not None:
+        frames.append(g.gr_frame)
+        g = g.parent
+    for frame in frames:
+        for found in reversed(traceback.extract_stack(frame)):
+            if found.name == "replay" and os.path.abspath(found.filename) == os.path.abspath(__file__):
+                return found.lineno
+    return None
+
+
+def step_at(lineno):
+    """The step that line `lineno` of replay() belongs to, in words, from the `# intent:` line above it."""
+    lines = open(__file__, encoding="utf-8").read().splitlines()
+    for line in reversed(lines[: lineno - 1]):
+        text = line.strip()
+        if text == "# the recorded end state":
+            return f"the recorded end state (line {{lineno}})"
+        if text.startswith("# intent: "):
+            try:
+                intent = dict(json.loads(text[len("# intent: ") :]))
+            except (ValueError, TypeError):
+                intent = {{}}
+            what = [intent.get("action", "act on"), "the"]
+            what += [json.dumps(intent["name"], ensure_ascii=False)] if intent.get("name") else []
+            what += [intent.get("role") or "element"]
+            if intent.get("item"):
+                what += ["in the item that says", json.dumps(intent["item"], ensure_ascii=False)]
+            return f"step {{intent.get('step', '?')}} ({{' '.join(what)}}, line {{lineno}})"
+    return f"line {{lineno}}"
 
 
 def keep_failure(folder, browser, exc):
