@@ -14,8 +14,9 @@ from qvl_agent.agent import Agent
 from qvl_agent.engine.replay import ReplayEngine
 from qvl_agent.image import Screenshot
 from qvl_agent.parse import parse_actions
-from qvl_agent.scripts.export.exporter import _reference_source, compile_run, steps_from_trace
+from qvl_agent.scripts.export.exporter import compile_run, steps_from_trace
 from qvl_agent.scripts.export.gate import UnsafeScript, check_export
+from qvl_agent.scripts.export.template import reference_source
 from qvl_agent.secrets import Secrets
 from qvl_agent.trace import TraceWriter, read_trace
 from tests.support.recording import RecordingExecutor
@@ -145,7 +146,7 @@ def test_the_gate_still_refuses_anything_else(line):
     source = compile_run(URL, [], None).source.replace(head, f"{head}    {line}\n", 1)
     assert line in source
     with pytest.raises(UnsafeScript):
-        check_export(source, _reference_source())
+        check_export(source, reference_source())
 
 
 def test_a_secret_typed_into_a_prompt_reaches_the_page_and_never_the_trace(tmp_path):
