@@ -204,7 +204,9 @@ def test_a_page_whose_server_dies_ends_the_run_with_a_clear_error_and_a_complete
     assert trace.damaged_lines == 0
     assert trace.end is not None and trace.end["status"] == "error"
     assert "stopped answering" in trace.end["message"]
-    assert [s["step"] for s in trace.steps] == [1, 2, 3, 4]
+    # The dead server is noticed while step 3's click waits for its page, or at step 4's screenshot when
+    # that wait ended first (a busy machine): either way the step that noticed it is the last and says so.
+    assert [s["step"] for s in trace.steps] in ([1, 2, 3], [1, 2, 3, 4])
     assert "stopped answering" in trace.steps[-1]["error"]
     for step in trace.steps:
         if step.get("screenshot"):
