@@ -121,10 +121,11 @@ def main():
             message = str(exc).strip().splitlines() or [type(exc).__name__]
             if DIALOGS.unexpected:  # what made the step fail, or the page take another way
                 message = [DIALOGS.unexpected[0]]
-            print(f"Replay failed at {{DIALOGS.where or failed_step(exc)}}: {{message[0]}}", file=sys.stderr)
+            where = DIALOGS.where or failed_step(exc)
+            print(f"Replay failed at {{where}}: {{message[0]}}", file=sys.stderr)
             for line in message[1:8]:  # Playwright's call log: what it waited for, and what it found
                 print("  " + line, file=sys.stderr)
-            keep_failure(os.environ.get("QVL_REPLAY_FAILURE_DIR"), browser, exc)
+            keep_failure(os.environ.get("QVL_REPLAY_FAILURE_DIR"), browser, where, exc)
             return 1
         finally:
             browser.close()
@@ -179,12 +180,12 @@ def step_at(lineno):
     return f"line {{lineno}}"
 
 
-def keep_failure(folder, browser, exc):
+def keep_failure(folder, browser, where, exc):
     """The whole message and a screenshot of each tab, in `folder` (qvl-agent replay's run folder)."""
     if not folder:
         return
     with open(os.path.join(folder, "failure.log"), "w", encoding="utf-8") as log:
-        log.write(f"Replay failed at {{failed_step(exc)}}:\\n{{exc}}\\n")
+        log.write(f"Replay failed at {{where}}:\\n{{exc}}\\n")
     for n, tab in enumerate(page for context in browser.contexts for page in context.pages):
         try:
             tab.screenshot(path=os.path.join(folder, f"failure-{{n + 1}}.png"), timeout=5000)
