@@ -75,9 +75,15 @@ def canonical(key: str) -> str:
     return ALIASES.get(name, name)
 
 
+def from_pynput(name: str) -> str:
+    """A pynput key name ("ctrl_l", "page_down", "esc", "cmd") as its canonical name ("ctrl", "pagedown", "esc",
+    "win"): what a person pressed, named as the model names it."""
+    return canonical(_PYNPUT.get(name, name))
+
+
 def hotkey_chord(pynput_keys: list[str]) -> frozenset[str]:
     """A pynput hotkey's key names (from `config.hotkey_keys`) as a chord of canonical names."""
-    return frozenset(canonical(_PYNPUT.get(k, k)) for k in pynput_keys)
+    return frozenset(from_pynput(k) for k in pynput_keys)
 
 
 # pyautogui also presses one side of a modifier by name: for the system's shortcuts the side does not matter.
