@@ -153,6 +153,7 @@ class DesktopRecorder:
         self._pointer = (0, 0)
         self._monitors = []
         self._listeners: list = []
+        self._listening = False  # callbacks that come after `stop()` (from threads still winding down) are dropped
         self._worker: threading.Thread | None = None
 
     # --- listening (pynput's threads) ---------------------------------------------------------------------
@@ -175,19 +176,23 @@ class DesktopRecorder:
         self._worker = threading.Thread(target=self._work, name="desktop-recorder", daemon=True)
         self._worker.start()
         named = {k: from_pynput(k.name) for k in keyboard.Key}
+        self._listening = True
+
+        def put(event: _Event) -> None:
+            if self._listening:
+                self._events.put(event)
 
         def on_press(key) -> None:
-            self._events.put(_Event("key", time.monotonic(), **_key(key, named)))
+            put(_Event("key", time.monotonic(), **_key(key, named)))
 
         def on_release(key) -> None:
-            self._events.put(_Event("keyup", time.monotonic(), **_key(key, named)))
+            put(_Event("keyup", time.monotonic(), **_key(key, named)))
 
         def on_click(x, y, button, pressed) -> None:
-            kind = "press" if pressed else "release"
-            self._events.put(_Event(kind, time.monotonic(), x=int(x), y=int(y), button=button.name))
+            put(_Event("press" if pressed else "release", time.monotonic(), x=int(x), y=int(y), button=button.name))
 
         def on_scroll(x, y, dx, dy) -> None:
-            self._events.put(_Event("scroll", time.monotonic(), x=int(x), y=int(y), dx=int(dx), dy=int(dy)))
+            put(_Event("scroll", time.monotonic(), x=int(x), y=int(y), dx=int(dx), dy=int(dy)))
 
         try:
             for listener in (
@@ -206,11 +211,9 @@ class DesktopRecorder:
 
     def stop(self) -> list[dict]:
         """Stop listening, write the step being recorded, and return the step records written (as written)."""
+        self._listening = False
         for listener in self._listeners:
-            listener.stop()
-        for listener in self._listeners:
-            if listener.is_alive() and listener is not threading.current_thread():
-                listener.join(timeout=1.0)
+            _stop(listener)
         self._listeners = []
         if self._worker is not None:
             self._events.put(_Event("stop"))
@@ -468,3 +471,26 @@ def _start(listener) -> None:
     waiter.join(READY_TIMEOUT_S)
     if waiter.is_alive() or not listener.is_alive():
         raise RuntimeError(f"the listener did not start within {READY_TIMEOUT_S:g} s")
+
+
+def _stop(listener) -> None:
+    """Stop a pynput listener now. On X11 pynput's own `stop()` asks the server to end the recording on the
+    connection that the listener's thread is blocked reading, so the request leaves only with the next key or
+    pointer event; the same request sent on a connection of its own ends it at once (a recording context is
+    the server's, not a connection's)."""
+    listener.stop()
+    context = getattr(listener, "_context", None)  # pynput's X11 listeners only
+    if context is not None:
+        try:
+            from Xlib import display
+
+            connection = display.Display()
+            try:
+                connection.record_disable_context(context)
+                connection.sync()
+            finally:
+                connection.close()
+        except Exception:  # the display is gone: so is the recording
+            pass
+    if listener is not threading.current_thread():
+        listener.join(timeout=1.0)
