@@ -115,8 +115,9 @@ def _desktop_step(kind: str, action: dict, words: str) -> str:
     point = _point(action.get("coordinate"))
     if kind == "key":
         return "pressed " + "+".join(_key_label(str(k)) for k in action.get("keys") or [])
-    if point is None:
-        return f"did this: {words}"
+    if point is None:  # off the monitor the run watches: the recorder's words give the pixel
+        where = words.partition(" ")[2]
+        return f"{CLICKED[kind]} {where}, off the screenshot" if kind in CLICKED else f"did this: {words}"
     if kind in CLICKED:
         return f"{CLICKED[kind]} at {point} on the screen"
     if kind == "left_click_drag":

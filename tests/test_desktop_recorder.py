@@ -17,6 +17,7 @@ import pytest
 
 from qvl_agent import capture
 from qvl_agent.act.desktop_recorder import DesktopRecorder
+from qvl_agent.image import Region
 from qvl_agent.report import write_report
 from qvl_agent.secrets import Secrets
 from qvl_agent.step_words import describe_person_steps
@@ -163,6 +164,43 @@ def test_typing_into_a_password_field_the_platform_names_is_private_and_a_known_
     assert [s["actions"][0].get("text") for s in steps] == ["{{PASSWORD}}", None, "{{TOKEN}}", None]
     assert b"hunter22" not in (run / "trace.jsonl").read_bytes()
     assert b"tok3n" not in (run / "trace.jsonl").read_bytes()
+
+
+def test_marking_private_while_typing_keeps_the_whole_run_out_and_unmarking_types_in_the_open_again(recording):
+    recorder, run = recording()
+    xdo("type", "--delay", "20", "abc")
+    recorder.mark_private(True)  # before or after the worker saw "abc": that run is not written yet either way
+    xdo("type", "--delay", "20", "def")
+    xdo("key", "Return")
+    wait_for_steps(run, 2)
+    recorder.mark_private(False)
+    xdo("type", "--delay", "20", "open")
+    xdo("key", "Tab")
+    steps = wait_for_steps(run, 4)
+    recorder.stop()
+    assert [s["actions"][0].get("text") for s in steps] == ["{{PASSWORD}}", None, "open", None]
+    assert recorder.secrets.values == {"PASSWORD": "abcdef"}
+    assert b"abcdef" not in (run / "trace.jsonl").read_bytes()
+
+
+def test_a_click_off_the_grabbed_area_keeps_its_pixel_and_one_inside_gets_the_areas_point(recording):
+    area = Region(100, 100, 400, 200)
+    recorder, run = recording(grab=lambda monitor=None: capture.grab(region=area))
+    xdo("mousemove", "300", "150", "click", "1")
+    xdo("mousemove", "900", "900", "click", "3")
+    xdo("key", "Escape")
+    steps = wait_for_steps(run, 3)
+    recorder.stop()
+    inside, outside = steps[0], steps[1]
+    assert inside["actions"][0] == {"action": "left_click", "coordinate": [grid(200, 400), grid(50, 200)]}
+    assert inside["screen"] == {"left": 100, "top": 100, "width": 400, "height": 200, "scale": 1.0}
+    assert outside["actions"][0] == {"action": "right_click"}
+    assert outside["results"][0]["pixels"] == [[900, 900]]
+    assert describe_person_steps(steps) == (
+        f"The person clicked at ({grid(200, 400)}, {grid(50, 200)}) on the screen; "
+        "right-clicked at pixel (900, 900), off the screenshot; pressed Escape."
+    )
+    assert "right_click at pixel (900, 900)" in write_report(run).read_text(encoding="utf-8")
 
 
 def test_the_projects_hotkeys_are_not_recorded_and_other_chords_are(recording):
