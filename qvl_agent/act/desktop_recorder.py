@@ -42,7 +42,7 @@ from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.keys import from_pynput, hotkey_chord
 from qvl_agent.config import Hotkeys, hotkey_keys
-from qvl_agent.errors import CaptureError, QvlError
+from qvl_agent.errors import CaptureError
 from qvl_agent.image import GRID, Screenshot, to_model
 from qvl_agent.secrets import Secrets, placeholder
 from qvl_agent.trace import TraceWriter
@@ -239,7 +239,7 @@ class DesktopRecorder:
         """An event that cannot be recorded is said once at the end; the recording goes on."""
         try:
             work()
-        except (QvlError, OSError) as exc:
+        except Exception as exc:  # QvlError, OSError, or a surprise: one step lost, not the recording
             if len(self.problems) < 20:
                 self.problems.append(f"A step could not be recorded: {exc}")
 
@@ -436,7 +436,7 @@ def _chord_char(char: str) -> str:
     """A character pressed with Ctrl, Alt or Super, as a key name ("c" for Ctrl+C, also when X sends ^C)."""
     if len(char) == 1 and ord(char) < 32:
         return chr(ord(char) + 96)
-    return " " if char == " " else char.lower()
+    return "space" if char == " " else char.lower()
 
 
 def _distance(a, b) -> float:
