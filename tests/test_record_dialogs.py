@@ -13,11 +13,16 @@ the script reads it from $QVL_SECRET_PIN) and dismisses a confirm().
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from qvl_agent.act.person_dialogs import PersonDialogs, prompt_secret
+from tests.conftest import ROOT
+from tests.pages.helpers import ENV
 from tests.pages.server import PageServer
 from tests.support.heal_oracle import DomGroundingOracle, start
 from tests.test_record import (
@@ -218,5 +223,54 @@ def test_a_form_a_row_and_its_confirm_replay_and_heal(x_display, tmp_path, serve
     fixed = (tmp_path / "out.healed.py").read_text()
     assert 'get_by_text("#1002", exact=True)).get_by_role("button", name="Remove", exact=True).click()' in fixed
     assert 'DIALOGS.expect("confirm", "Delete order #1002?", True)' in fixed
+    server.clear()
+    again = replay(tmp_path, str(tmp_path / "out.healed.py"), "-o", str(tmp_path / "healed-again"))
+    assert again.returncode == 0, again.stdout + again.stderr  # the repaired script, no model again
+    assert server.records("rows") == [{"deleted": "1002"}]
     for path in [*_files(tmp_path), tmp_path / "out.healed.py", *(tmp_path / "heals").rglob("*.jsonl")]:
         assert PASSWORD.encode() not in path.read_bytes(), f"the password is in {path.name}"
+
+
+PIN = "7531"
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_pin_typed_into_a_prompt_is_a_secret_and_a_dismissed_confirm_stays_dismissed(x_display, tmp_path, server):
+    server.clear()
+    url = f"{server.url}/rec-pin.html"
+    button = centres(url, ["#send"])["#send"]
+    proc = start_recording(tmp_path, url)
+    try:
+        person = Person(viewport_origin())
+        person.click(button)
+        time.sleep(1.5)  # the prompt is up
+        person.type(PIN)
+        _key("Return")
+        time.sleep(1.0)  # the confirm is up
+        _key("Escape")  # Cancel
+        wait_for(lambda: server.records("transfer"), "the transfer to post")
+        time.sleep(1.5)
+    finally:
+        if proc.poll() is None:
+            ctrl_c(proc)
+    err = errors(tmp_path)
+    assert proc.returncode == 0, err
+    assert server.records("transfer") == [{"pin": PIN, "sent": False}]
+    answers = [step["actions"][0] for step in _steps(tmp_path) if step["actions"][0]["action"] == "handle_dialog"]
+    assert answers == [{"action": "handle_dialog", "accept": True, "text": "{{PIN}}"},
+                       {"action": "handle_dialog", "accept": False}]  # fmt: skip
+    source = (tmp_path / "out.py").read_text()
+    prompt = 'DIALOGS.expect("prompt", "Your PIN to confirm the transfer?", True, os.environ["QVL_SECRET_PIN"])'
+    assert prompt in source, source
+    assert 'DIALOGS.expect("confirm", "Send 10 EUR to Bob now?", False)' in source
+    assert "QVL_SECRET_PIN" in err
+    for path in _files(tmp_path):
+        assert PIN.encode() not in path.read_bytes(), f"the PIN is in {path.name}"
+
+    server.clear()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), QVL_CONFIG_DIR=str(tmp_path / "config"), QVL_SECRET_PIN=PIN, **ENV)
+    args = [sys.executable, "-m", "qvl_agent", "replay", str(tmp_path / "out.py"), "-o", str(tmp_path / "replayed")]
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert server.records("transfer") == [{"pin": PIN, "sent": False}]
