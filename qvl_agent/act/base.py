@@ -71,7 +71,7 @@ class Dialog:
         return f"{'an' if self.kind[:1] in 'aeiou' else 'a'} {self.kind} dialog: {self.message!r}"
 
 
-DialogAnswer = Callable[[Dialog], HandleDialog]
+DialogAnswer = Callable[[Dialog], HandleDialog | None]  # None: left open for the person to answer
 
 
 @runtime_checkable

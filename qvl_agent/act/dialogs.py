@@ -3,7 +3,8 @@ on the spot, because it blocks its page, and Playwright's sync API runs the hand
 opened it is still in flight.
 
 `PageDialogs.on_dialog` is the context's "dialog" handler. It asks the callback the agent gave
-(`answer_with`: one model turn) or, when there is none (the first page's load, before the run starts, or
+(`answer_with`: one model turn; a recorder's returns None, which leaves the dialog open for the person to
+answer in the headed window) or, when there is none (the first page's load, before the run starts, or
 after it ended), dismisses the dialog; nothing is ever accepted unasked. Every dialog and its answer is
 recorded: those met while an action ran go with that action (`end_action`, into its result's detail, what
 `export` expects before that step); those dismissed unasked wait for `answer_with` to hand them over.
@@ -44,6 +45,8 @@ class PageDialogs:
             url = ""
         seen = Dialog(dialog.type, dialog.message, dialog.default_value, url, self.acting)
         choice = self._answer(seen) if self._answer is not None else A.HandleDialog(False)
+        if choice is None:
+            return  # the person's: they answer it in the browser window (`act.person_dialogs`)
         text = choice.text if choice.accept and seen.kind == "prompt" else None
         try:
             if not choice.accept:

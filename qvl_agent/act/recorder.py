@@ -28,6 +28,12 @@ any state read from it), the value becomes a secret (`PASSWORD`, or a name from 
 masked (`Secrets.mask`) in every step, in the end state and in the URL; the export reads it from
 `$QVL_SECRET_NAME` (`typed`).
 
+A dialog the page opens (alert, confirm, prompt, beforeunload) is the person's to answer: it stays open in
+the window (`act.person_dialogs`), and what they chose, as the browser reports it, becomes a
+`handle_dialog` step of theirs in the shape the agent writes for the model's answer, carried also by the
+step whose click opened it (`"dialogs"`, what the export expects before that step). A prompt's text is a
+secret when it is one already known, or when the prompt asks for one ("Your PIN?").
+
 The page can call the binding itself: every payload is checked for the recording's nonce and its shape
 before anything is read from it, and the element the step is about is taken from the page's own event
 (by id, from the capture script's table), never from a description the page could forge.
@@ -42,7 +48,9 @@ import time
 from dataclasses import dataclass, field
 
 from qvl_agent import actions as A
+from qvl_agent.act.base import Dialog
 from qvl_agent.act.browser import BrowserExecutor
+from qvl_agent.act.person_dialogs import PersonDialogs, prompt_secret
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
 from qvl_agent.playwright.locate import POINT_ONLY, Located, element_state, point_on, resolve_handle
@@ -111,11 +119,16 @@ class BrowserRecorder(BrowserExecutor):
         self._last_event = time.monotonic()
         self._seen = 0  # the step count when the end state was last read
         self._last_final: dict | None = None
+        self._person_dialogs: PersonDialogs | None = None
+        self._after_pending: list[dict] = []  # dialog steps, written after the step that opened them
         super().__init__(url, browser=browser, configured_browser=configured_browser, headless=False, viewport=viewport)
-        # Playwright takes a page's dialogs over, so the person never sees one: it is accepted, as a person
-        # mostly would, and said at the end (the export does not expect it yet, so the replay stops there).
-        self.answer_dialogs_with(self._accept_dialog)
         try:
+            self._person_dialogs = PersonDialogs(self.context, self._error_type, self._dialog_answered)
+            for page in self._watched:
+                self._person_dialogs.watch(page)
+            for early in self.answer_dialogs_with(self._person_dialogs.leave_open):
+                seen = Dialog(early["type"], early["message"]).describe()
+                self.problems.append(f"the start page opened {seen} before the recording began; it was dismissed")
             script = capture_script(self._nonce)
             self.context.expose_binding(BINDING, self._on_event)
             self.context.add_init_script(script)
@@ -128,18 +141,13 @@ class BrowserRecorder(BrowserExecutor):
             self.close()
             raise
 
-    def _accept_dialog(self, dialog) -> A.HandleDialog:
-        self.problems.append(
-            f"the page opened {dialog.describe()}, which was accepted for you; the script does not expect it, "
-            "so its replay stops there with the dialog's message"
-        )
-        return A.HandleDialog(True)
-
     # --- the loop ---------------------------------------------------------------------------------------
 
     def _watch(self, page) -> None:
         super()._watch(page)
         page.on("framenavigated", lambda frame: self._navigated(page, frame))
+        if self._person_dialogs is not None:  # the first page is watched once they exist
+            self._person_dialogs.watch(page)
 
     def _navigated(self, page, frame) -> None:
         if frame is page.main_frame and page is self.page:
@@ -159,7 +167,8 @@ class BrowserRecorder(BrowserExecutor):
                 live[-1].wait_for_timeout(100)
             except self._error_type:
                 continue  # that page closed under the wait: look again
-            if self._seen != self.steps and time.monotonic() - self._last_event > SNAPSHOT_AFTER_S:
+            quiet = time.monotonic() - self._last_event > SNAPSHOT_AFTER_S
+            if self._seen != self.steps and quiet and not self._person_dialogs.open:  # an open dialog blocks it
                 self._seen = self.steps
                 try:
                     self._last_final = self.final_state()
@@ -184,6 +193,11 @@ class BrowserRecorder(BrowserExecutor):
         """Write the last step and return the end state: read from the page when it is still open, else
         what it showed when it was last quiet (or only the URL it was on)."""
         self._stopping = True
+        for left in self._person_dialogs.dismiss_open():  # its page can be read only once it is closed
+            seen = Dialog(left["type"], left["message"]).describe()
+            self.problems.append(f"{seen} was still open when the recording stopped: it was dismissed, and is not part "
+                                 "of the recording")  # fmt: skip
+        self.problems.extend(self._person_dialogs.unread)
         self._finish()
         try:
             final = self.final_state()
@@ -346,7 +360,14 @@ class BrowserRecorder(BrowserExecutor):
     # --- writing a step ---------------------------------------------------------------------------------
 
     def _finish(self, after: dict | None = None) -> None:
-        """Write the pending step, its "after" state read now (or `after`, when that was read earlier)."""
+        """Write the pending step, its "after" state read now (or `after`, when that was read earlier), and
+        the dialogs it opened."""
+        self._write_pending(after)
+        records, self._after_pending = self._after_pending, []
+        for record in records:
+            self.trace.step(self.secrets.mask(record))
+
+    def _write_pending(self, after: dict | None) -> None:
         step, self._pending = self._pending, None
         if step is None:
             return
@@ -376,6 +397,48 @@ class BrowserRecorder(BrowserExecutor):
         if step.screenshot:
             record.update(screenshot=step.screenshot, screen=step.screen)
         self.trace.step(self.secrets.mask(record))
+
+    def _dialog_answered(self, page, answer: dict) -> None:
+        """A dialog the person answered in the window (`PersonDialogs`): a `handle_dialog` step of theirs,
+        written after the step pending on its page (the click that opened it), which carries it too."""
+        self._last_event = time.monotonic()
+        pending = self._pending if page is self.page else None
+        name = self._prompt_secret(answer)
+        if name:
+            answer["typed"] = [["secret", name]]  # the export reads $QVL_SECRET_NAME there
+        if pending is not None:
+            answer["during"] = describe(pending)
+            keep = ("type", "message", "accept", "text", "typed")
+            pending.detail.setdefault("dialogs", []).append({k: v for k, v in answer.items() if k in keep})
+        choice = A.HandleDialog(answer["accept"], answer.get("text"))
+        how = "accepted" if answer["accept"] else "dismissed"
+        message = f"{Dialog(answer['type'], answer['message']).describe()}: {how} by the person"
+        seen = {k: answer[k] for k in ("type", "message", "default", "url")}
+        self.steps += 1
+        result = {"action": A.describe(choice), "ok": True, "message": message, "detail": {"dialog": answer}}
+        record = {"step": self.steps, "by": "person", "reply": "", "dialog": seen}
+        record.update(actions=[A.to_arguments(choice)], results=[result])
+        if pending is None:
+            self.trace.step(self.secrets.mask(record))
+            return
+        if pending.screenshot:  # the page behind the dialog, as the step that opened it saw it
+            record.update(screenshot=pending.screenshot, screen=pending.screen)
+        self._after_pending.append(record)
+
+    def _prompt_secret(self, answer: dict) -> str:
+        """The secret a prompt's text is: one already known by its value, or a new one when the prompt asks
+        for one (`prompt_secret`); "" for plain text."""
+        text = answer.get("text") or ""
+        known = next((name for name, value in self.secrets.values.items() if value == text), "") if text else ""
+        base = "" if known or not text else prompt_secret(answer["message"])
+        if not base:
+            return known
+        name, n = base, 1
+        while name in self.secrets.values:
+            n += 1
+            name = f"{base}_{n}"
+        self.secrets = Secrets({**self.secrets.values, name: text})
+        return name
 
     def _keep_secret(self, state: dict | None, located: Located | None) -> str:
         """A password field's value is a secret wherever it shows: its name (registered on first sight)."""

@@ -10,10 +10,11 @@ step and the page's end state are read, the trace ends, report.html is written, 
 the run is compiled into the same kind of script `browse --export` writes (never over an existing file),
 which `qvl-agent replay` runs and `replay --heal` repairs. A password typed into a password field
 becomes a declared secret: the trace, the report and the script hold `{{PASSWORD}}`, and the script
-reads `$QVL_SECRET_PASSWORD`. No model is needed; with --describe, once the person has stopped, the
-model says each step's intent in words from its screenshot (`step_words`), and the script's `# intent:`
-lines carry them for `replay --heal`. Exit 0 when the recording was written, 1 when the browser
-failed, 2 on bad usage, 130 after a second Ctrl+C.
+reads `$QVL_SECRET_PASSWORD`. A dialog the page opens (alert, confirm, prompt) is the person's to answer in
+the window, and the script answers it the same way (a prompt's text is a secret when it asks for one). No
+model is needed; with --describe, once the person has stopped, the model says each step's intent in words
+from its screenshot (`step_words`), and the script's `# intent:` lines carry them for `replay --heal`. Exit
+0 when the recording was written, 1 when the browser failed, 2 on bad usage, 130 after a second Ctrl+C.
 """
 
 from __future__ import annotations
