@@ -15,7 +15,9 @@ person (a terminal line, a banner window, the tray) that the run is paused or go
 
 from __future__ import annotations
 
+import importlib.util
 import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -62,6 +64,24 @@ class TakeOver:
         self._back = threading.Event()
         self._paused = False
         self._reason = ""
+        self._listener = None
+        self.on_resume: Callable[[], None] | None = None  # after the person's steps are written
+
+    def listen(self, combo: str) -> str:
+        """Listen for the take-over hotkey (pynput syntax, "<ctrl>+<alt>+t"); "" or why it cannot work here."""
+        from qvl_agent.act.guard import start_hotkeys
+
+        try:
+            self._listener = start_hotkeys({combo: self.toggle})
+        except RuntimeError as exc:
+            return str(exc)
+        return ""
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+            listener.join(timeout=1.0)
 
     # --- asked from any thread ------------------------------------------------------------------------
 
@@ -126,6 +146,8 @@ class TakeOver:
         finally:
             if started:
                 records = self.person.stop()
+            if self.on_resume is not None:
+                self.on_resume()
             with self._lock:
                 self._paused, self._reason = False, ""
                 self._wanted.clear()
@@ -176,3 +198,33 @@ def what_the_person_did(records: list[dict], reason: str = "", where: str = "", 
     else:
         done = "did nothing that was recorded"
     return f"The person took over{why} and: {done}. They handed the run back to you."
+
+
+class DesktopPerson:
+    """The person's pointer and key events on the desktop, recorded by `act.desktop_recorder` (loaded at
+    the first pause, so a run that is never taken over does not load it)."""
+
+    def __init__(self, trace, secrets):
+        self.trace, self.secrets = trace, secrets
+        self._recorder = None
+
+    def start(self, first_step: int) -> None:
+        from qvl_agent.act.desktop_recorder import DesktopRecorder
+
+        self._recorder = DesktopRecorder(self.trace, self.secrets, first_step=first_step)
+        self._recorder.start()
+
+    def pump(self, seconds: float) -> None:
+        time.sleep(seconds)  # the recorder listens on threads of its own
+
+    def stop(self) -> list[dict]:
+        recorder, self._recorder = self._recorder, None
+        return recorder.stop() if recorder is not None else []
+
+
+def desktop_person(trace, secrets) -> DesktopPerson | None:
+    """The desktop's recorder of the person, or None where this build has none (the pause then records
+    nothing, and the model is told the person acted on the desktop)."""
+    if trace is None or importlib.util.find_spec("qvl_agent.act.desktop_recorder") is None:
+        return None
+    return DesktopPerson(trace, secrets)
