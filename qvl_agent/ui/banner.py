@@ -89,7 +89,10 @@ def main(argv: list[str]) -> int:
     app = QApplication([sys.argv[0]])
     window = QWidget()
     window.setWindowTitle("qvl-agent: paused")
-    window.setWindowFlags(Qt.WindowType.WindowStaysOnTopHint | Qt.WindowType.Tool)
+    # On top, but never taking the keyboard from the window the person is typing into.
+    flags = Qt.WindowType.WindowStaysOnTopHint | Qt.WindowType.Tool | Qt.WindowType.WindowDoesNotAcceptFocus
+    window.setWindowFlags(flags)
+    window.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
     label = QLabel(banner_text(argv[0] if argv else ""))
     label.setWordWrap(True)
     label.setTextFormat(Qt.TextFormat.PlainText)  # the model's words, never markup
