@@ -48,7 +48,7 @@ from qvl_agent.act.browser import BrowserExecutor
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
 from qvl_agent.playwright.locate import POINT_ONLY, Located, element_state, point_on, resolve_handle
-from qvl_agent.playwright.recording import BINDING, capture_script, check_payload
+from qvl_agent.playwright.recording import BINDING, capture_script, check_payload, target_tag
 from qvl_agent.secrets import SECRET_NAME, Secrets
 
 # --- the recorder --------------------------------------------------------------------------------------
@@ -68,6 +68,7 @@ class _Step:
 
 
 SNAPSHOT_AFTER_S = 1.0  # a page this long without a person's event is read for its end state
+SETTLE_S = 3.0  # the longest a stop waits for the page to settle
 POINTER_KINDS = {0: "left_click", 1: "middle_click", 2: "right_click"}
 CLICK_COUNTS = {2: "double_click", 3: "triple_click"}
 
@@ -168,11 +169,13 @@ class PersonCapture:
             time.sleep(seconds)  # no page (or it closed under the wait): the executor says so on its next step
 
     def stop(self) -> list[dict]:
-        """Write the last step and stop recording; the step records written since `start`."""
+        """Write the last step and stop recording; the step records written since `start`. A page the
+        person's last click is loading is waited for (up to `SETTLE_S`): what comes next sees it loaded."""
         for keys in self.forget:
             self.forget_key(keys)
         self._stopping = True
         self._finish()
+        self.ex.wait_until_settled(SETTLE_S)
         return list(self.records)
 
     def _navigated(self, page, frame) -> None:
@@ -333,7 +336,7 @@ class PersonCapture:
         if not target:
             return None
         try:
-            found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{self._nonce}'](id)", target)
+            found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{target_tag(self._nonce)}'](id)", target)
         except self.ex._error_type:
             return None  # the page navigated while this event waited its turn
         return found.as_element()
