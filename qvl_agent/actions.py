@@ -138,6 +138,16 @@ class HandleDialog:
     kind: ClassVar[str] = "handle_dialog"
 
 
+@dataclass(frozen=True)
+class CallUser:
+    """Hand the run to the person (a password it was not given, a second factor, a CAPTCHA, a payment to
+    confirm): the run pauses after this step, shows `text` as the reason, and goes on when they hand back.
+    Not one of Qwen's computer_use actions: described to the model in the task turn (`prompts/call_user.txt`)."""
+
+    text: str
+    kind: ClassVar[str] = "call_user"
+
+
 Action = (
     Key
     | Type
@@ -154,10 +164,12 @@ Action = (
     | Terminate
     | Answer
     | HandleDialog
+    | CallUser
 )
 
 POINTER_ACTIONS = (MouseMove, LeftClick, RightClick, MiddleClick, DoubleClick, TripleClick)
-ALL_ACTIONS = (*POINTER_ACTIONS, Key, Type, LeftClickDrag, Scroll, HScroll, Wait, Terminate, Answer, HandleDialog)
+_OTHER_ACTIONS = (Key, Type, LeftClickDrag, Scroll, HScroll, Wait, Terminate, Answer, HandleDialog, CallUser)
+ALL_ACTIONS = (*POINTER_ACTIONS, *_OTHER_ACTIONS)
 KINDS: dict[str, type] = {cls.kind: cls for cls in ALL_ACTIONS}
 FINAL_ACTIONS = (Terminate, Answer)
 
@@ -183,7 +195,7 @@ def to_arguments(action: Action) -> dict:
     args: dict = {"action": action.kind}
     if isinstance(action, Key):
         args["keys"] = list(action.keys)
-    elif isinstance(action, Type | Answer):
+    elif isinstance(action, Type | Answer | CallUser):
         args["text"] = action.text
     elif isinstance(action, Wait):
         args["time"] = _num(action.seconds)
@@ -226,6 +238,8 @@ def describe(action: Action) -> str:
         return f"type {action.text!r}"
     if isinstance(action, Answer):
         return f"answer {action.text!r}"
+    if isinstance(action, CallUser):
+        return f"call_user {action.text!r}"
     if isinstance(action, Wait):
         return f"wait {_num(action.seconds)} s"
     if isinstance(action, Terminate):

@@ -46,11 +46,14 @@ from qvl_agent import actions as A
 from qvl_agent import prompts
 from qvl_agent.act.base import ActionResult, Dialog, DialogSource, Executor
 from qvl_agent.act.guard import Guard, Pixels, describe_pixels
+from qvl_agent.dialog_text import dialog_fields as _fields
+from qvl_agent.dialog_text import dialog_line as _dialog_line
 from qvl_agent.engine.base import Engine, GenerationOptions, Session
 from qvl_agent.errors import ActionError, EmergencyStop, GenerationCancelled, ParseError, QvlError
 from qvl_agent.image import GRID, Screenshot
 from qvl_agent.parse import parse_actions
 from qvl_agent.secrets import Secrets
+from qvl_agent.takeover import TakeOver
 from qvl_agent.trace import TraceWriter
 
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -140,6 +143,7 @@ class Agent:
         settle_timeout_s: float = 2.0,
         options: GenerationOptions | None = None,
         secrets: Secrets | None = None,
+        takeover: TakeOver | None = None,
     ):
         self.engine = engine
         self.executor = executor
@@ -158,6 +162,7 @@ class Agent:
         self.options = options or GenerationOptions(max_new_tokens=256)
         # Typed by the executor, never seen by the model, the trace or the events (`secrets.py`).
         self.secrets = secrets or Secrets()
+        self.takeover = takeover  # the person may pause the run between steps (`takeover.py`)
         # (step, action index) -> what each `type` typed, as the model wrote it: a secret where it typed a
         # declared placeholder, its own words elsewhere. Kept in memory for the export, never written: the
         # trace masks every secret's value wherever it shows, which a word equal to it would be.
@@ -262,6 +267,7 @@ class Agent:
         self._without_images = []
         self._would_do = []
         self._steps, self._last_shot, self._deferred, self._dialog_records = 0, None, None, []
+        self._by_person = 0
         unasked = []
         if isinstance(self.executor, DialogSource):
             unasked = self.executor.answer_dialogs_with(self._answer_dialog)
@@ -272,13 +278,15 @@ class Agent:
         if self.secrets:
             note = prompts.load("secrets").render(placeholders=", ".join(self.secrets.placeholders()))
             first = f"{first.rstrip()}\n\n{note}"
+        if self.takeover is not None:  # an addition to the task turn: the system prompt stays Qwen's own
+            first = f"{first.rstrip()}\n\n{prompts.load('call_user').render()}"
         observation = Observation(first, self._prompt("_omitted", said=first))
         retries = 0
         step = 0
         try:
             for record in unasked:  # opened by the first page's load, before anyone could be asked
                 self._emit("dialog", 0, message=f"{_dialog_line(record)} (before the run started)")
-            while self._steps < self.max_steps:
+            while self._steps - self._by_person < self.max_steps:
                 self._steps += 1
                 step = self._steps
                 outcome, observation, retries = self._step(step, observation, retries, unasked)
@@ -286,6 +294,7 @@ class Agent:
                 if outcome is not None:
                     result = outcome
                     break
+                observation = self._between_steps(observation)
         except EmergencyStop as exc:
             result = RunResult("stopped", steps=step, message=str(exc))
         except _StepTimeout:
@@ -380,6 +389,16 @@ class Agent:
                 self.trace.step(record)
             self._write_dialog_steps()
 
+    def _between_steps(self, observation: Observation) -> Observation:
+        """A take-over asked for during the step: the person acts now, and the model is told what they did."""
+        done = self.takeover.between_steps(self._steps + 1) if self.takeover is not None else None
+        if done is None:
+            return observation
+        records, words = done
+        self._steps += len(records)  # the person's steps are numbered after the agent's, in one trace
+        self._by_person += len(records)
+        return Observation(f"{observation.text.rstrip()}\n\n{words}", f"{observation.without_image.rstrip()}\n{words}")
+
     def _retry(self, step: int, record: dict, error: str, retries: int) -> tuple[RunResult | None, Observation, int]:
         record["error"] = error
         self._emit("error", step, message=error)
@@ -419,6 +438,11 @@ class Agent:
             elif isinstance(action, A.Terminate):
                 record["results"].append({"action": A.describe(action), "ok": True, "message": action.status})
                 return RunResult(action.status, answer or "", step, f"The model ended the task: {action.status}.")
+            elif isinstance(action, A.CallUser):
+                if self.takeover is None:
+                    raise ActionError("No person can take over in this run: carry on, or terminate with failure.")
+                self.takeover.request(action.text)  # the loop pauses once this step has ended
+                result = ActionResult(True, f"the person was asked to take over: {action.text}")
             elif isinstance(action, A.Wait):
                 self.guard.sleep(action.seconds)  # wakes at once on the emergency stop
                 result = ActionResult(True, f"waited {action.seconds:g} s")
@@ -556,28 +580,3 @@ class Agent:
 
 def _screen(shot: Screenshot) -> dict:
     return {"left": shot.left, "top": shot.top, "width": shot.width, "height": shot.height, "scale": shot.scale}
-
-
-def json_text(text: str) -> str:
-    """A page's text for the prompt: in double quotes, escaped as JSON, so it cannot pass for our words."""
-    import json
-
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _fields(seen: dict, during: str) -> dict:
-    """The dialog prompt's values: the page's words quoted as JSON, so they cannot pass for ours."""
-    return {
-        "kind": seen["type"],
-        "message": json_text(seen["message"]),
-        "default": f" (its default text: {json_text(seen['default'])})" if seen["default"] else "",
-        "during": f"while {during} was running" if during else "while no action of yours was running",
-    }
-
-
-def _dialog_line(record: dict) -> str:
-    """`confirm "Delete?": accepted` for a recorded dialog and its answer; safe to print."""
-    how = "accepted" if record.get("accept") else "dismissed"
-    if record.get("accept") and "text" in record:
-        how += f" with {record['text']!r}"
-    return A.printable(f"{record['type']} dialog {json_text(record['message'])}: {how}")

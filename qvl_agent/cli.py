@@ -234,6 +234,25 @@ def print_event(event, prefix: str = "", reasons: bool = False) -> None:
         print(f"step {event.step}: {prefix}{printable(event.message)}", flush=True)
 
 
+def start_takeover(settings, switch, person=None, *, where: str = "the screen", banner: bool = True):
+    """The take-over of a run (`takeover.TakeOver`) listening to `[hotkeys] takeover`, announced on the
+    terminal; its pauses shown by a terminal line and the banner window (`ui.banner`). With no global
+    hotkeys here it still serves the model's call_user (the banner's button hands back)."""
+    from qvl_agent.config import hotkey_label
+    from qvl_agent.takeover import TakeOver
+    from qvl_agent.ui.banner import PauseNotice
+
+    label = hotkey_label(settings.hotkeys.takeover)
+    takeover = TakeOver(switch, person, hotkey=label, where=where)
+    problem = takeover.listen(settings.hotkeys.takeover)
+    takeover.show = PauseNotice("" if problem else label, takeover.hand_back, banner=banner)
+    if problem:
+        print(f"qvl-agent: note: the take-over hotkey is not available: {problem}.", file=sys.stderr, flush=True)
+    else:
+        print(f"qvl-agent: {label} takes over; press it again to hand back.", file=sys.stderr, flush=True)
+    return takeover
+
+
 def print_result(result, trace_dir, prefix: str = "") -> None:
     """An agent run's answer on stdout and its status line on stderr, model text escaped for the terminal."""
     from qvl_agent.actions import printable

@@ -109,13 +109,14 @@ class Hotkeys:
     ask: str = "<ctrl>+<alt>+q"
     region: str = "<ctrl>+<alt>+r"
     stop: str = "<ctrl>+<alt>+<esc>"
+    takeover: str = "<ctrl>+<alt>+t"  # a run pauses for the person to act, and goes on when pressed again
 
 
 def check_hotkeys(hotkeys: Hotkeys) -> Hotkeys:
     """Every hotkey valid and no two the same, else ConfigError."""
     values = {f.name: hotkey_keys(getattr(hotkeys, f.name), f.name) for f in fields(Hotkeys)}
     if len({frozenset(keys) for keys in values.values()}) != len(values):
-        raise ConfigError("The ask, region and stop hotkeys must all be different.")
+        raise ConfigError("The ask, region, stop and takeover hotkeys must all be different.")
     return hotkeys
 
 

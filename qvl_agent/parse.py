@@ -283,6 +283,8 @@ def action_from_arguments(args: dict) -> A.Action:
         return A.Type(_text(args, kind))
     if cls is A.Answer:
         return A.Answer(_text(args, kind))
+    if cls is A.CallUser:
+        return A.CallUser(_text(args, kind))
     if cls in (A.Scroll, A.HScroll):
         if "pixels" not in args:
             raise ParseError(f'{kind} needs "pixels": a number (positive scrolls up or right).')

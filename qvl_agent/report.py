@@ -222,14 +222,16 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     error += _heal_html(step) + _dialogs_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
-        f'<h2>{title}<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
+        f'<h2>{title} <span class="by">{"by the person" if step.get("by") == "person" else "by the agent"}</span>'
+        f'<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
         f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(step.get("reply", ""))}</pre>'
         f'<h3>Parsed actions</h3><ul class="actions">{actions or "<li>none</li>"}</ul>'
         f'<h3>Guard</h3><p class="guard">{_verdict(step, mode)}</p>'
         f'<h3>Results</h3><ul class="results">{results or "<li>none</li>"}</ul>{error}</div></section>'
     )
     img = f'<img src="{thumb}" alt="step {n}">' if thumb else '<span class="missing">no image</span>'
-    strip = f'<a class="thumb{" failed" if failed else ""}" href="#step-{n}">{img}<span>{label}</span></a>'
+    who = " (person)" if step.get("by") == "person" else ""
+    strip = f'<a class="thumb{" failed" if failed else ""}" href="#step-{n}">{img}<span>{label}{who}</span></a>'
     return section, strip
 
 

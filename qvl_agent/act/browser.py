@@ -216,6 +216,11 @@ class BrowserExecutor:
         """Answer each dialog from now on through `answer` (None: dismiss); returns those dismissed so far."""
         return self._dialogs.answer_with(answer)
 
+    @property
+    def dialog_answer(self) -> DialogAnswer | None:
+        """What answers the page's dialogs now (`answer_dialogs_with`)."""
+        return self._dialogs.answer
+
     def _adopt(self, page) -> None:
         """A link that opens a new tab: the run follows it, as a person would."""
         self._watch(page)

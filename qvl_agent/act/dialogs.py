@@ -25,6 +25,10 @@ class PageDialogs:
         self._during: list[dict] = []  # answered while that action was in flight
         self._unasked: list[dict] = []  # dismissed before anyone could be asked
 
+    @property
+    def answer(self) -> DialogAnswer | None:
+        return self._answer
+
     def answer_with(self, answer: DialogAnswer | None) -> list[dict]:
         """Answer each dialog from now on through `answer` (None: dismiss); returns those dismissed so far."""
         self._answer = answer

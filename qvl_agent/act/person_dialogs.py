@@ -88,6 +88,10 @@ class PersonDialogs:
             record["text"] = text if isinstance(text, str) else ""
         self._answered(page, record)
 
+    def resume(self) -> None:
+        """Record the person's answers (again: a run taken over a second time)."""
+        self._ending = False
+
     def dismiss_open(self) -> list[dict]:
         """Cancel every dialog still open (the recording is ending); returns them, none of them recorded."""
         self._ending = True

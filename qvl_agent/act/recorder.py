@@ -1,7 +1,9 @@
-"""Recording a person's work in a headed Chromium as the steps of a browser run (`qvl-agent record`).
+"""Recording a person's work in a headed Chromium as the steps of a browser run (`qvl-agent record`, and
+the person's part of a run they took over, `takeover.py`).
 
-The recorder is the browser executor turned around: the same browser, context, tab bookkeeping and end
-state (`BrowserExecutor`), but the actions come from the person. A script installed in every frame
+`PersonCapture` is the browser executor turned around: the same browser, context, tab bookkeeping and end
+state (`BrowserExecutor`), but the actions come from the person; it switches on and off on a running
+executor. `BrowserRecorder` is a headed executor with the capture on from the start. A script installed in every frame
 before the page's own (`playwright.recording.capture_script`) listens in the capture phase, for trusted
 events only, and hands each one to the recorder through a Playwright binding:
 
@@ -54,7 +56,7 @@ from qvl_agent.act.person_dialogs import PersonDialogs, prompt_secret
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
 from qvl_agent.playwright.locate import POINT_ONLY, Located, element_state, point_on, resolve_handle
-from qvl_agent.playwright.recording import BINDING, capture_script, check_payload
+from qvl_agent.playwright.recording import BINDING, capture_script, check_payload, target_tag
 from qvl_agent.secrets import SECRET_NAME, Secrets
 
 # --- the recorder --------------------------------------------------------------------------------------
@@ -74,6 +76,7 @@ class _Step:
 
 
 SNAPSHOT_AFTER_S = 1.0  # a page this long without a person's event is read for its end state
+SETTLE_S = 3.0  # the longest a stop waits for the page to settle
 POINTER_KINDS = {0: "left_click", 1: "middle_click", 2: "right_click"}
 CLICK_COUNTS = {2: "double_click", 3: "triple_click"}
 
@@ -93,20 +96,23 @@ def secret_name(located: Located | None, taken: dict[str, str], value: str) -> s
     return name
 
 
-class BrowserRecorder(BrowserExecutor):
-    """A headed Chromium on `url` that records what the person does into `trace` (a `trace.TraceWriter`).
+class PersonCapture:
+    """The capture of a person's work in the browser of `executor` (a `BrowserExecutor`), written into
+    `trace` (a `trace.TraceWriter`) as steps `"by": "person"`. It can be switched on and off on a running
+    executor: `start(first_step)` records from then on (the capture script and its binding are installed in
+    the browser the first time), `stop()` writes the last step and returns the step records written since
+    `start`; between the two, events are only received while Playwright is waited on (`pump`, `wait`). While
+    off, every event is dropped, also the executor's own clicks (Playwright's input is trusted too).
+    `typed` is what each typing step typed, as `export_trace` takes it; `secrets` the values found in
+    password fields (never written), on top of the run's own declared secrets when it is given them."""
 
-    `wait(should_stop)` returns when `should_stop()` says so or the person closed the browser; `stop()` writes
-    the last step and returns the page's end state (masked) for `browser.json`. `typed` is what each typing
-    step typed, as `export_trace` takes it; `secrets` the values found in password fields (never written)."""
-
-    name = "recorder"
-
-    def __init__(self, url: str, trace, *, browser=None, configured_browser: str = "", viewport=(1280, 800)):
+    def __init__(self, executor: BrowserExecutor, trace, secrets: Secrets | None = None):
+        self.ex = executor
         self.trace = trace
-        self.secrets = Secrets({})
+        self.secrets = secrets or Secrets({})
         self.typed: dict[tuple[int, int], list] = {}
         self.steps = 0
+        self.records: list[dict] = []  # written since the last `start`
         self.problems: list[str] = []  # events that could not be recorded, for the person at the end
         self._nonce = token.token_hex(16)
         self._pending: _Step | None = None
@@ -114,43 +120,93 @@ class BrowserRecorder(BrowserExecutor):
         self._serving = 0
         self._issued = 0  # the last ticket handed out
         self._skipped: set[int] = set()
-        self._stopping = False
-        self._url_now = url
+        self._stopping = True  # off until `start`
+        self._installed = False
+        self._url_now = executor.page.url
         self._last_event = time.monotonic()
         self._seen = 0  # the step count when the end state was last read
         self._last_final: dict | None = None
-        self._person_dialogs: PersonDialogs | None = None
+        self.forget: tuple[str, ...] = ()  # hotkeys (Playwright's "Control+Alt+t") that are no step of the person
+        self._person_dialogs: PersonDialogs | None = None  # the dialogs the person answers in the window
         self._after_pending: list[dict] = []  # dialog steps, written after the step that opened them
-        super().__init__(url, browser=browser, configured_browser=configured_browser, headless=False, viewport=viewport)
-        try:
-            self._person_dialogs = PersonDialogs(self.context, self._error_type, self._dialog_answered)
-            for page in self._watched:
-                self._person_dialogs.watch(page)
-            for early in self.answer_dialogs_with(self._person_dialogs.leave_open):
-                seen = Dialog(early["type"], early["message"]).describe()
-                self.problems.append(f"the start page opened {seen} before the recording began; it was dismissed")
-            script = capture_script(self._nonce)
-            self.context.expose_binding(BINDING, self._on_event)
-            self.context.add_init_script(script)
-            for frame in self.page.frames:  # the start page loaded before the script was there
+        self._agent_answer = None  # the executor's dialog answer while the person is not recording
+
+    @property
+    def url(self) -> str:
+        """The address the current tab is on (as its last navigation said)."""
+        return self._url_now
+
+    def _install(self) -> None:
+        if self.ex._trace_path is not None:  # its page snapshots would hold what the person types, passwords too
+            try:
+                self.ex.context.tracing.stop()
+            except self.ex._error_type:
+                pass
+            self.ex._trace_path = None
+            self.problems.append("the run keeps no Playwright trace (trace.zip): the person took it over")
+        self._person_dialogs = PersonDialogs(self.ex.context, self.ex._error_type, self._dialog_answered)
+        script = capture_script(self._nonce)
+        self.ex.context.expose_binding(BINDING, self._on_event)
+        self.ex.context.add_init_script(script)
+        for page in self.ex.context.pages:
+            self.watch(page)
+            for frame in page.frames:  # pages loaded before the script was there
                 try:
                     frame.evaluate(script)
-                except self._error_type:
+                except self.ex._error_type:
                     pass
-        except BaseException:
-            self.close()
-            raise
+        self.ex.context.on("page", self.watch)
+        self._installed = True
 
-    # --- the loop ---------------------------------------------------------------------------------------
-
-    def _watch(self, page) -> None:
-        super()._watch(page)
+    def watch(self, page) -> None:
         page.on("framenavigated", lambda frame: self._navigated(page, frame))
-        if self._person_dialogs is not None:  # the first page is watched once they exist
+        if self._person_dialogs is not None:
             self._person_dialogs.watch(page)
 
+    def start(self, first_step: int = 1) -> None:
+        """Record from now on, the first step numbered `first_step`."""
+        if not self._installed:
+            self._install()
+        self.steps = first_step - 1
+        self._seen = self.steps
+        self.records = []
+        self._pending = None
+        self._url_now = self.ex.page.url
+        # The page's dialogs are the person's from now on: left open in the window, their answer recorded.
+        self._agent_answer = self.ex.dialog_answer
+        self._person_dialogs.resume()
+        for early in self.ex.answer_dialogs_with(self._person_dialogs.leave_open):
+            seen = Dialog(early["type"], early["message"]).describe()
+            self.problems.append(f"the page opened {seen} before the recording began; it was dismissed")
+        self._stopping = False
+
+    def pump(self, seconds: float) -> None:
+        """Wait `seconds` on the current page, so that the person's events come in meanwhile."""
+        live = [p for p in self.ex.context.pages if not p.is_closed()]
+        try:
+            (self.ex.page if self.ex.page in live else live[-1]).wait_for_timeout(seconds * 1000)
+        except (IndexError, self.ex._error_type):
+            time.sleep(seconds)  # no page (or it closed under the wait): the executor says so on its next step
+
+    def stop(self) -> list[dict]:
+        """Write the last step and stop recording; the step records written since `start`. A page the
+        person's last click is loading is waited for (up to `SETTLE_S`): what comes next sees it loaded."""
+        for keys in self.forget:
+            self.forget_key(keys)
+        self._stopping = True
+        for left in self._person_dialogs.dismiss_open():  # its page can be read only once it is closed
+            seen = Dialog(left["type"], left["message"]).describe()
+            self.problems.append(f"{seen} was still open when the recording stopped: it was dismissed, and is not part "
+                                 "of the recording")  # fmt: skip
+        self.problems.extend(self._person_dialogs.unread)
+        self._person_dialogs.unread.clear()
+        self._finish()
+        self.ex.answer_dialogs_with(self._agent_answer)  # the run's own answer again (the model's, or none)
+        self.ex.wait_until_settled(SETTLE_S)
+        return list(self.records)
+
     def _navigated(self, page, frame) -> None:
-        if frame is page.main_frame and page is self.page:
+        if frame is page.main_frame and page is self.ex.page:
             self._url_now = frame.url
 
     def wait(self, should_stop) -> str:
@@ -158,21 +214,21 @@ class BrowserRecorder(BrowserExecutor):
         page is quiet after a step, its end state is read, so that a window closed by the person still
         leaves the checks of what it showed last."""
         while not should_stop():
-            if self._dead or not self.browser.is_connected():
+            if self.ex._dead or not self.ex.browser.is_connected():
                 return "the browser closed"
-            live = [p for p in self.context.pages if not p.is_closed()]
+            live = [p for p in self.ex.context.pages if not p.is_closed()]
             if not live:
                 return "the window was closed"
             try:
                 live[-1].wait_for_timeout(100)
-            except self._error_type:
+            except self.ex._error_type:
                 continue  # that page closed under the wait: look again
             quiet = time.monotonic() - self._last_event > SNAPSHOT_AFTER_S
             if self._seen != self.steps and quiet and not self._person_dialogs.open:  # an open dialog blocks it
                 self._seen = self.steps
                 try:
-                    self._last_final = self.final_state()
-                except (QvlError, self._error_type):
+                    self._last_final = self.ex.final_state()
+                except (QvlError, self.ex._error_type):
                     pass  # the page is going: the earlier snapshot stands
         return "stopped"
 
@@ -189,19 +245,12 @@ class BrowserRecorder(BrowserExecutor):
         if step.screenshot:
             (self.trace.dir / step.screenshot).unlink(missing_ok=True)
 
-    def stop(self) -> dict:
-        """Write the last step and return the end state: read from the page when it is still open, else
-        what it showed when it was last quiet (or only the URL it was on)."""
-        self._stopping = True
-        for left in self._person_dialogs.dismiss_open():  # its page can be read only once it is closed
-            seen = Dialog(left["type"], left["message"]).describe()
-            self.problems.append(f"{seen} was still open when the recording stopped: it was dismissed, and is not part "
-                                 "of the recording")  # fmt: skip
-        self.problems.extend(self._person_dialogs.unread)
-        self._finish()
+    def end_state(self) -> dict:
+        """The page's end state (masked): read from the page when it is still open, else what it showed
+        when it was last quiet (or only the URL it was on)."""
         try:
-            final = self.final_state()
-        except (QvlError, self._error_type):
+            final = self.ex.final_state()
+        except (QvlError, self.ex._error_type):
             final = self._last_final or {"url": self._url_now, "fields": [], "new_text": [], "gone": []}
         return self.secrets.mask(final)
 
@@ -259,7 +308,7 @@ class BrowserRecorder(BrowserExecutor):
         self._finish(after)
         if event["kind"] == "pointer" and event["button"] not in POINTER_KINDS:
             return
-        self.page = page
+        self.ex.page = page
         main = frame is page.main_frame
         # An (i)frame, a canvas or the bare page stays a point, as `locate` keeps it for the model's clicks.
         named = main and (event["state"] or {}).get("tag") not in POINT_ONLY
@@ -271,8 +320,8 @@ class BrowserRecorder(BrowserExecutor):
         detail: dict = {"url": event["url"] if main else page.url}
         if not main:
             detail["frame"] = event["url"]  # the document inside the frame, for the person reading the report
-        if self._tab():
-            detail["tab"] = self._tab()
+        if self.ex._tab():
+            detail["tab"] = self.ex._tab()
         if located is not None:
             detail["locator"], detail["element"] = located.locator, located.element
         kind = event["kind"]
@@ -288,7 +337,7 @@ class BrowserRecorder(BrowserExecutor):
             else:
                 detail.update(point_on(handle, x, y))
             detail["before"] = event["state"]
-            self._text_before_last_click = event["text"]
+            self.ex._text_before_last_click = event["text"]
         elif kind == "typing":
             kind = "type"
             detail["before"] = event["state"]
@@ -315,8 +364,8 @@ class BrowserRecorder(BrowserExecutor):
         if not target:
             return None
         try:
-            found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{self._nonce}'](id)", target)
-        except self._error_type:
+            found = frame.evaluate_handle(f"(id) => window['__qvlTarget_{target_tag(self._nonce)}'](id)", target)
+        except self.ex._error_type:
             return None  # the page navigated while this event waited its turn
         return found.as_element()
 
@@ -325,7 +374,7 @@ class BrowserRecorder(BrowserExecutor):
             return False
         try:
             return bool(step.handle.evaluate("(a, b) => a === b", handle))
-        except self._error_type:
+        except self.ex._error_type:
             return False
 
     def _resolve(self, page, handle) -> Located | None:
@@ -333,24 +382,24 @@ class BrowserRecorder(BrowserExecutor):
             return None
         try:
             located = resolve_handle(page, handle)
-        except self._error_type:
+        except self.ex._error_type:
             return None  # it left the page (or the page left) before it could be named
         if located is not None:
-            self._touched.append((page, located))
+            self.ex._touched.append((page, located))
         return located
 
     def _in_page(self, frame, x: float, y: float) -> tuple[float, float]:
         """A point in a frame as a CSS pixel of the page's viewport."""
         try:
             box = frame.frame_element().bounding_box() or {"x": 0, "y": 0}
-        except self._error_type:
+        except self.ex._error_type:
             box = {"x": 0, "y": 0}
         return box["x"] + x, box["y"] + y
 
     def _shoot(self, page, step: _Step) -> None:
         try:
             png = page.screenshot(scale="css", type="png", caret="initial", timeout=3000)
-        except self._error_type:
+        except self.ex._error_type:
             return  # a page in the middle of navigating: the step goes without a picture
         shot = load_image_bytes(png, name="page screenshot")
         view = Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{page.url}")
@@ -365,7 +414,12 @@ class BrowserRecorder(BrowserExecutor):
         self._write_pending(after)
         records, self._after_pending = self._after_pending, []
         for record in records:
-            self.trace.step(self.secrets.mask(record))
+            self._write(record)
+
+    def _write(self, record: dict) -> None:
+        record = self.secrets.mask(record)
+        self.records.append(record)
+        self.trace.step(record)
 
     def _write_pending(self, after: dict | None) -> None:
         step, self._pending = self._pending, None
@@ -396,13 +450,13 @@ class BrowserRecorder(BrowserExecutor):
         record = {"step": step.n, "by": "person", "reply": "", "actions": [action], "results": [result]}
         if step.screenshot:
             record.update(screenshot=step.screenshot, screen=step.screen)
-        self.trace.step(self.secrets.mask(record))
+        self._write(record)
 
     def _dialog_answered(self, page, answer: dict) -> None:
         """A dialog the person answered in the window (`PersonDialogs`): a `handle_dialog` step of theirs,
         written after the step pending on its page (the click that opened it), which carries it too."""
         self._last_event = time.monotonic()
-        pending = self._pending if page is self.page else None
+        pending = self._pending if page is self.ex.page else None
         name = self._prompt_secret(answer)
         if name:
             answer["typed"] = [["secret", name]]  # the export reads $QVL_SECRET_NAME there
@@ -419,7 +473,7 @@ class BrowserRecorder(BrowserExecutor):
         record = {"step": self.steps, "by": "person", "reply": "", "dialog": seen}
         record.update(actions=[A.to_arguments(choice)], results=[result])
         if pending is None:
-            self.trace.step(self.secrets.mask(record))
+            self._write(record)
             return
         if pending.screenshot:  # the page behind the dialog, as the step that opened it saw it
             record.update(screenshot=pending.screenshot, screen=pending.screen)
@@ -464,6 +518,44 @@ class BrowserRecorder(BrowserExecutor):
             self.typed[step.n, 0] = [["secret", name]] if text == new else [["text", old], ["secret", name]]
             text = "{{" + name + "}}"
         detail["text"] = text
+
+
+class BrowserRecorder(BrowserExecutor):
+    """A headed Chromium on `url` that records what the person does into `trace` (a `trace.TraceWriter`),
+    through a `PersonCapture` switched on from the start.
+
+    `wait(should_stop)` returns when `should_stop()` says so or the person closed the browser; `stop()` writes
+    the last step and returns the page's end state (masked) for `browser.json`. `typed` is what each typing
+    step typed, as `export_trace` takes it; `secrets` the values found in password fields (never written)."""
+
+    name = "recorder"
+
+    def __init__(self, url: str, trace, *, browser=None, configured_browser: str = "", viewport=(1280, 800)):
+        self.trace = trace
+        super().__init__(url, browser=browser, configured_browser=configured_browser, headless=False, viewport=viewport)
+        try:
+            self.capture = PersonCapture(self, trace)
+            self.capture.start(1)
+        except BaseException:
+            self.close()
+            raise
+
+    steps = property(lambda self: self.capture.steps)
+    typed = property(lambda self: self.capture.typed)
+    secrets = property(lambda self: self.capture.secrets)
+    problems = property(lambda self: self.capture.problems)
+
+    def wait(self, should_stop) -> str:
+        """Record until `should_stop()` is true or the person closed the browser; says which."""
+        return self.capture.wait(should_stop)
+
+    def forget_key(self, keys: str) -> None:
+        self.capture.forget_key(keys)
+
+    def stop(self) -> dict:
+        """Write the last step and return the end state (see `PersonCapture.end_state`)."""
+        self.capture.stop()
+        return self.capture.end_state()
 
 
 def _grid(pixel: float, size: int) -> int:

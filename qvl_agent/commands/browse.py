@@ -39,6 +39,7 @@ from qvl_agent.cli import (
     print_result,
     run_exit_code,
     secrets_from_args,
+    start_takeover,
     task_and_steps,
 )
 from qvl_agent.config import Settings
@@ -91,6 +92,26 @@ def _print_step(secrets, event) -> None:
     print_event(event, reasons=True)
 
 
+def _takeover(settings: Settings, guard, executor, trace, secrets):
+    """Take over and hand back in a headed run: the stop hotkey listening (it ends a paused run too), the
+    take-over hotkey, and the person's work recorded as steps of the run (`act.recorder.PersonCapture`)."""
+    from qvl_agent.act.browser import playwright_key
+    from qvl_agent.act.recorder import PersonCapture
+    from qvl_agent.config import hotkey_keys, hotkey_label
+
+    problem = guard.start()
+    if problem:
+        print(f"qvl-agent: note: {problem} Press Ctrl+C here to stop.", file=sys.stderr, flush=True)
+    else:
+        print(f"qvl-agent: press {hotkey_label(settings.hotkeys.stop)} to stop at any moment.",
+              file=sys.stderr, flush=True)  # fmt: skip
+    person = PersonCapture(executor, trace, secrets)
+    # The hotkeys reach the page too: their presses are no step of the person's.
+    hotkeys = (settings.hotkeys.takeover, settings.hotkeys.stop)
+    person.forget = tuple(playwright_key(tuple(hotkey_keys(k))) for k in hotkeys)
+    return start_takeover(settings, guard.switch, person, where="the page")
+
+
 def browse(args: argparse.Namespace, settings: Settings) -> int:
     from qvl_agent.act.browser import BrowserExecutor, parse_viewport
     from qvl_agent.scripts.export.exporter import export_trace, write_browser_info
@@ -113,7 +134,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
     trace = TraceWriter(trace_dir)
-    executor = None
+    executor = takeover = guard = None
     playwright_trace = trace_dir / PLAYWRIGHT_TRACE
     if secrets:  # its page snapshots would hold what was typed, the secret's value included
         playwright_trace = None
@@ -138,7 +159,10 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
             settings,
             "auto",
             allow_keys=True,
+            hotkey=settings.hotkeys.stop if args.headed else None,
         )
+        if args.headed:  # the person sees the page: the stop hotkey, and take over / hand back
+            takeover = _takeover(settings, guard, executor, trace, secrets)
         with open_agent_engine(settings, args.planner, notify) as engine:
             agent = Agent(
                 engine,
@@ -150,8 +174,16 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 on_event=functools.partial(_print_step, secrets),
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
+                takeover=takeover,
             )
+            if takeover is not None:  # what the person typed into password fields is masked from then on
+                takeover.on_resume = lambda: setattr(agent, "secrets", takeover.person.secrets)
             result = agent.run(task)
+        if takeover is not None:
+            secrets = takeover.person.secrets
+            agent.typed.update(takeover.person.typed)
+            for problem in takeover.person.problems:
+                print(f"qvl-agent: note: {problem}", file=sys.stderr, flush=True)
         final = None
         if result.ok:
             try:
@@ -165,6 +197,10 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
         end_run_early(trace, exc, task=task, engine=settings.engine, executor="browser", mode="auto")
         raise
     finally:
+        if takeover is not None:
+            takeover.close()
+        if guard is not None:
+            guard.close()
         if executor is not None:
             executor.close()
         trace.close()

@@ -41,6 +41,7 @@ from qvl_agent.cli import (
     print_result,
     run_exit_code,
     secrets_from_args,
+    start_takeover,
     task_and_steps,
 )
 from qvl_agent.config import Settings, hotkey_label
@@ -48,6 +49,7 @@ from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
 from qvl_agent.planner import check_agent_model, open_agent_engine
+from qvl_agent.takeover import desktop_person
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
 
@@ -170,7 +172,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print_event(event, prefix=dry)
 
     trace_dir = Path(args.trace_dir) if args.trace_dir else default_trace_dir()
-    trace = None
+    trace = takeover = None
     try:
         # Capture and the stop hotkey before loading a model: what cannot work fails in milliseconds.
         first = executor.observe()
@@ -191,6 +193,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(f"qvl-agent: press {hotkey_label(hotkey)} to stop at any moment.", file=sys.stderr, flush=True)
         trace = TraceWriter(trace_dir)
+        takeover = start_takeover(settings, guard.switch, desktop_person(trace, secrets), where="the desktop")
         with engine:
             agent = Agent(
                 engine,
@@ -201,6 +204,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 on_event=on_event,
                 options=GenerationOptions(max_new_tokens=settings.max_new_tokens),
                 secrets=secrets,
+                takeover=takeover,
             )
             result = agent.run(task)
     except (QvlError, KeyboardInterrupt) as exc:
@@ -208,6 +212,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             end_run_early(trace, exc, task=task, engine=settings.engine, executor=executor.name, mode=mode)
         raise
     finally:
+        if takeover is not None:
+            takeover.close()
         guard.close()
         executor.close()
         if marker is not None:

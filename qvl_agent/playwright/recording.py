@@ -15,6 +15,7 @@ field's type and size are checked, unknown fields dropped; anything else is None
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -26,8 +27,8 @@ MAX_TEXT = 200_000  # the page text kept for "what appeared after the last click
 HOLD_CLICK_MS = 3000  # the longest a click waits for its step to be resolved
 
 # {nonce}, {binding}, {target}, {state}, {interactive} are filled in by `capture_script`.
-CAPTURE_JS = """((nonce, binding, sel) => {
-  const mark = '__qvlRecording_' + nonce;
+CAPTURE_JS = """((nonce, tag, binding, sel) => {
+  const mark = '__qvlRecording_' + tag;
   if (window[mark]) return;
   Object.defineProperty(window, mark, {value: true});
   const TARGET = %(target)s;
@@ -40,14 +41,14 @@ CAPTURE_JS = """((nonce, binding, sel) => {
     if (targets.size > 500) targets.delete(targets.keys().next().value);
     return next;
   };
-  Object.defineProperty(window, '__qvlTarget_' + nonce, {value: (id) => targets.get(id) || null});
+  Object.defineProperty(window, '__qvlTarget_' + tag, {value: (id) => targets.get(id) || null});
   let call = window[binding];
   const send = (payload) => {
     if (typeof call !== 'function') call = window[binding];
     if (typeof call !== 'function') return Promise.resolve();
-    payload.nonce = nonce;
-    payload.url = String(location.href);
-    try { return Promise.resolve(call(payload)).catch(() => {}); } catch (e) { return Promise.resolve(); }
+    // A literal defines its own fields: a setter the page put on Object.prototype never sees the nonce.
+    const full = {...payload, nonce, url: String(location.href)};
+    try { return Promise.resolve(call(full)).catch(() => {}); } catch (e) { return Promise.resolve(); }
   };
   const state = (el) => { try { return STATE(el); } catch (e) { return null; } };
   const deep = (e) => (e.composedPath && e.composedPath()[0]) || e.target;
@@ -148,7 +149,13 @@ CAPTURE_JS = """((nonce, binding, sel) => {
     selects.set(t, now);
     send({kind: 'select', id: keep(t), before, state: now, typed: leave()});
   }, true);
-})(%(nonce)s, %(binding)s, %(interactive)s);"""
+})(%(nonce)s, %(tag)s, %(binding)s, %(interactive)s);"""
+
+
+def target_tag(nonce: str) -> str:
+    """The suffix of the capture script's names in the page (`__qvlTarget_<tag>`): derived from the nonce
+    but not revealing it, since a page can list its window's property names."""
+    return hashlib.sha256(f"qvl-recording:{nonce}".encode()).hexdigest()[:24]
 
 
 def capture_script(nonce: str) -> str:
@@ -159,6 +166,7 @@ def capture_script(nonce: str) -> str:
         "max_text": MAX_TEXT,
         "hold_ms": HOLD_CLICK_MS,
         "nonce": json.dumps(nonce),
+        "tag": json.dumps(target_tag(nonce)),
         "binding": json.dumps(BINDING),
         "interactive": json.dumps(INTERACTIVE),
     }

@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction, QCursor, QDesktopServices
 from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon, QWidget
 from shiboken6 import isValid
 
+from qvl_agent.actions import printable
 from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import CaptureError
@@ -30,6 +31,7 @@ from qvl_agent.image import Screenshot
 from qvl_agent.ui import hotkeys as hk
 from qvl_agent.ui.ask_window import AskWindow
 from qvl_agent.ui.automation import Automation
+from qvl_agent.ui.banner import banner_text
 from qvl_agent.ui.engine_worker import EngineHost
 from qvl_agent.ui.instance import SingleInstance
 from qvl_agent.ui.launcher import Launcher, make_icon
@@ -89,6 +91,8 @@ class TrayApp(QObject):
         self.ask_action = action("Ask about screen", lambda: self._after_menu(self.ask_screen))
         self.region_action = action("Ask about region", lambda: self._after_menu(self.ask_region))
         self.task_action = action("Run a task…", self.run_task)
+        self.takeover_action = action("Take over", self.automation.toggle_takeover, "pause the running task and act")
+        self.takeover_action.setEnabled(False)  # while a task runs
         self.report_action = action("Open report", self.open_report, "the last run's report in the web browser")
         self.report_action.setEnabled(False)  # until a run has ended
         self.settings_action = action("Settings", self.open_settings)
@@ -97,6 +101,7 @@ class TrayApp(QObject):
             self.ask_action,
             self.region_action,
             self.task_action,
+            self.takeover_action,
             self.report_action,
             self.settings_action,
             self.quit_action,
@@ -109,6 +114,9 @@ class TrayApp(QObject):
         self.listener.ask.connect(self.ask_screen)
         self.listener.region.connect(self.ask_region)
         self.listener.stop.connect(self.stop_everything)
+        self.listener.takeover.connect(self.automation.toggle_takeover)
+        self.automation.paused.connect(self._paused)
+        self.automation.resumed.connect(self._resumed)
         if self.instance is not None:
             self.instance.command.connect(self._command)
         if QSystemTrayIcon.isSystemTrayAvailable():
@@ -321,10 +329,28 @@ class TrayApp(QObject):
 
     @Slot(str)
     def _automation_started(self, task: str) -> None:
-        self.notify(f"Working on “{task}”: press {hotkey_label(self.settings.hotkeys.stop)} to stop.")
+        self.takeover_action.setEnabled(True)
+        takeover = hotkey_label(self.settings.hotkeys.takeover)
+        self.notify(
+            f"Working on “{task}”: press {hotkey_label(self.settings.hotkeys.stop)} to stop, {takeover} to take over."
+        )
+
+    @Slot(str)
+    def _paused(self, reason: str) -> None:
+        self.takeover_action.setText("Hand back")
+        keys = hotkey_label(self.settings.hotkeys.takeover)
+        said = banner_text(printable(reason))
+        self.notify(f"{said}. Press {keys} or choose Hand back in the menu to give the task back.")
+
+    @Slot()
+    def _resumed(self) -> None:
+        self.takeover_action.setText("Take over")
+        self.notify("Handed back: the agent goes on.")
 
     @Slot(str)
     def _automation_finished(self, message: str) -> None:
+        self.takeover_action.setText("Take over")
+        self.takeover_action.setEnabled(False)
         self.notify(message)
 
     @Slot(str)

@@ -116,6 +116,8 @@ class Automation(QObject):
 
     started = Signal(str)
     finished = Signal(str)
+    paused = Signal(str)  # the person took the run over (the reason, "" for the hotkey or the menu)
+    resumed = Signal()
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class Automation(QObject):
         self.trace_root = trace_root  # None: the same place `qvl-agent run` writes its traces
         self.marker = ClickMarker()
         self.guard: Guard | None = None
+        self.takeover = None  # the running task's `takeover.TakeOver`
         self.trace_dir: Path | None = None
         self.running = False
         self.last_report: Path | None = None  # the last run's report.html, for the tray's "Open report"
@@ -167,6 +170,11 @@ class Automation(QObject):
         mode = settings.safety_mode
         guard = Guard.for_settings(settings, mode, confine=shot.region if shot is not None else None)
         executor = self.executor_factory(shot, guard, mode)
+        from qvl_agent.takeover import TakeOver, desktop_person
+
+        takeover = self.takeover = TakeOver(guard.switch, where="the desktop")
+        # From the engine thread: queued to the GUI thread, where the tray's menu and bubble say it.
+        takeover.show = lambda state, reason: self.paused.emit(reason) if state == "paused" else self.resumed.emit()
         self.guard, self.running, self._window, self._stopped_at, self._reply = guard, True, window, "", ""
         if window is not None:
             window.hide()
@@ -188,10 +196,11 @@ class Automation(QObject):
             if trace_root is not None:
                 trace_dir = trace_root / trace_dir.name
             trace = TraceWriter(trace_dir)
+            takeover.person = desktop_person(trace, None)
             try:
                 agent = Agent(
                     engine, executor, guard, trace, confirm=confirm, on_event=on_event,
-                    options=GenerationOptions(max_new_tokens=max_new_tokens),
+                    options=GenerationOptions(max_new_tokens=max_new_tokens), takeover=takeover,
                 )  # fmt: skip
                 result = agent.run(task)
             finally:
@@ -201,6 +210,12 @@ class Automation(QObject):
 
         self._request = self.host.call(job)
         return True
+
+    @Slot()
+    def toggle_takeover(self) -> None:
+        """The take-over hotkey or the menu: take the running task over, or hand it back."""
+        if self.takeover is not None and self.running:
+            self.takeover.toggle()
 
     @Slot()
     def stop(self) -> None:
@@ -222,7 +237,7 @@ class Automation(QObject):
             self._end(f"The task could not run: {message}")
 
     def _end(self, text: str) -> None:
-        self.running, self._request, self.guard = False, None, None
+        self.running, self._request, self.guard, self.takeover = False, None, None, None
         self.marker.hide()
         window, self._window = self._window, None
         if window is not None:

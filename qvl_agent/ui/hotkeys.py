@@ -29,11 +29,12 @@ def problem() -> str | None:
 
 
 class HotkeyListener(QObject):
-    """pynput GlobalHotKeys → `ask`, `region` and `stop` signals (queued into the GUI thread)."""
+    """pynput GlobalHotKeys → `ask`, `region`, `stop` and `takeover` signals (queued into the GUI thread)."""
 
     ask = Signal()
     region = Signal()
     stop = Signal()
+    takeover = Signal()
 
     def __init__(self, hotkeys: Hotkeys, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -48,6 +49,7 @@ class HotkeyListener(QObject):
             self.hotkeys.ask: self.ask.emit,
             self.hotkeys.region: self.region.emit,
             self.hotkeys.stop: self.stop.emit,
+            self.hotkeys.takeover: self.takeover.emit,
         }
         try:
             self._listener = start_hotkeys(mapping)

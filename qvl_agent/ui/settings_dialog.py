@@ -101,6 +101,7 @@ class SettingsDialog(QDialog):
         self.hotkey_ask = HotkeyEdit(current.hotkeys.ask)
         self.hotkey_region = HotkeyEdit(current.hotkeys.region)
         self.hotkey_stop = HotkeyEdit(current.hotkeys.stop)
+        self.hotkey_takeover = HotkeyEdit(current.hotkeys.takeover)
         self.safety_mode = QComboBox()
         self.safety_mode.addItems(SAFETY_MODES)
         self.safety_mode.setCurrentText(current.safety_mode)
@@ -120,6 +121,7 @@ class SettingsDialog(QDialog):
         form.addRow("Ask hotkey", self.hotkey_ask)
         form.addRow("Region hotkey", self.hotkey_region)
         form.addRow("Stop hotkey", self.hotkey_stop)
+        form.addRow("Take-over hotkey", self.hotkey_takeover)
         form.addRow("Safety mode", self.safety_mode)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Save | QDialogButtonBox.StandardButton.Cancel)
         self.buttons.button(QDialogButtonBox.StandardButton.Save).setDefault(True)  # Enter saves
@@ -142,6 +144,7 @@ class SettingsDialog(QDialog):
                 ask=self.hotkey_ask.hotkey(),
                 region=self.hotkey_region.hotkey(),
                 stop=self.hotkey_stop.hotkey(),
+                takeover=self.hotkey_takeover.hotkey(),
             )
         )
         return {
