@@ -251,8 +251,7 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
 
     from qvl_agent.devtools import tiny_model as mf
 
-    processor = mf.build_processor()
-    config = mf.SHAPES[shape](processor.tokenizer)
+    processor, config = mf.random_model_parts(shape)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
