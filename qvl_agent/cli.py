@@ -32,6 +32,7 @@ COMMANDS = [
     "eval",
     "doctor",
     "bench",
+    "warm_up",
     "models",
 ]
 

@@ -156,7 +156,7 @@ class Settings:
     speculative: bool = True  # greedy replies draft tool-call skeletons and n-grams, verified in one forward
     compile: bool = True  # on a GPU, a torch.compile'd decode step is built in the background and swapped in
     max_batch: int = 16  # turns of different sessions decoding in one batched step; 1 turns batching off
-    batch_memory_mb: int = 8192  # KV memory of the batch's rows (4,096 tokens each), which bounds it too
+    batch_memory_mb: int = 8192  # KV memory of the batch's rows (4,096 or 3,072 tokens each), which bounds it too
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)

@@ -2,8 +2,10 @@
 # Every GPU figure in one call of a lent GPU machine, so that its minutes go to measuring: the engine's
 # correctness check against one full transformers forward (fp32, teacher-forced), the bench (engine
 # against plain transformers, real 2B shape, random weights; grounding with and without zoom at 1080p
-# and 4K) and the per-phase profile, in that order, each within its share of 9.5 minutes. Results go to
-# OUT (default out/gpu): one log and one JSON per step, and summary.txt saying how each step ended.
+# and 4K), the per-phase profile and the batched serving figures (scripts/serve_bench.py), in that order,
+# each within its share of 9.5 minutes. Results go to OUT (default out/gpu): one log and one JSON per
+# step, and summary.txt saying how each step ended. STEPS picks steps (default "check bench profile"; the
+# serving figures and start to ready cold and warm take a call of their own each: STEPS=serve or STEPS=starts).
 #
 # Where the machine lacks the project's pinned packages, carry their wheels (.whl/) and run:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -39,9 +41,14 @@ step() {
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/summary.txt" 2>&1
-step check 260 "$python" scripts/gpu_check.py --json "$out/check.json"
-step bench 230 "$python" -m qvl_agent bench --device cuda --reps 5 --json "$out/bench.json"
-step profile 70 "$python" scripts/profile_engine.py --device cuda --json "$out/profile.json"
+steps=" ${STEPS:-check bench profile} "
+want() { [[ $steps == *" $1 "* ]]; }
+want check && step check 260 "$python" scripts/gpu_check.py --json "$out/check.json"
+want bench && step bench 230 "$python" -m qvl_agent bench --device cuda --reps 5 --json "$out/bench.json"
+want profile && step profile 70 "$python" scripts/profile_engine.py --device cuda --json "$out/profile.json"
+want starts && step starts 540 "$python" -m qvl_agent bench --device cuda --reps 1 --start-times --json "$out/starts.json"
+want serve && step serve 540 "$python" scripts/serve_bench.py --shape 2b --device cuda --clients 1,16,64 \
+  --max-tokens 256 --max-batch 64,1 --check 4 --json "$out/serve.json"
 
 archive="$out/compile-cache.tar.gz"
 [ -d "$cache" ] && tar -czf "$archive" -C "$cache" . 2>/dev/null

@@ -3,6 +3,7 @@
 
 usage: python scripts/serve_bench.py --model DIR [--device cuda] [--clients 1,4,16,64] [--max-tokens 256]
                                      [--screen 1920x1080] [--follow-up] [--max-batch 16,1] [--json FILE]
+       python scripts/serve_bench.py --shape 2b --device cuda ...   (random weights in the real 2B shape)
        python scripts/serve_bench.py --url http://127.0.0.1:8000 --token TOKEN ...  (or $QVL_API_TOKEN)
 
 Without --url it starts `qvl-agent serve --port 0` once per --max-batch value (so batching on and off run
@@ -10,11 +11,14 @@ side by side on the same machine) and stops it afterwards. Every client sends a 
 looks like a desktop and asks for exactly --max-tokens tokens (vLLM's `min_tokens`, so a random-weight
 model does not stop early), streaming; with --follow-up it then asks a follow-up in the same
 conversation, which should reuse the first reply's KV. Per round it prints aggregate decode tokens/s
-(all streams' tokens over the round's wall time), per-stream tokens/s (after each stream's first
-token), time to first token p50/p95, the slowest reply, the mean batch the replies decoded in, lost
-replies (an error, or not exactly --max-tokens tokens) and mixed ones (a reply that differs from the
-same request sent alone afterwards, for the first --check requests; on bf16 a near-tie may round either
-way between a batched and a lone step, so count those against an fp32 run before calling them a bug).
+(all streams' tokens over the round's wall time), per-stream tokens/s (from the arrival of a stream's
+first text to that of its last), time to first token p50/p95 (request sent -> first text arrived), the
+slowest reply, the mean batch the replies decoded in, lost replies (an error, or not exactly --max-tokens
+tokens) and mixed ones (a reply that differs from the same request sent alone afterwards, for the first
+--check requests; on bf16 a near-tie may round either way between a batched and a lone step, so count
+those against an fp32 run before calling them a bug). Replies whose tokens have no text (a model whose
+vocabulary is wider than its tokenizer) cannot be timed on arrival: they are counted apart, never as a
+first token at the end of the reply; so are replies whose whole text came in one chunk.
 """
 
 from __future__ import annotations
@@ -71,20 +75,33 @@ class Reply:
     text: str = ""
     tokens: int = 0
     sent: float = 0.0
-    first: float | None = None  # when the first text arrived
+    arrivals: list[float] = field(default_factory=list)  # when each chunk with text arrived
     done: float = 0.0
     stats: dict = field(default_factory=dict)  # the server's own figures (`qvl` in the finish chunk)
     error: str = ""
 
     @property
-    def ttft(self) -> float:
-        return (self.first or self.done) - self.sent
+    def textless(self) -> bool:
+        """Tokens came but no text: nothing to time a first token by."""
+        return not self.error and self.tokens > 0 and not self.arrivals
 
     @property
-    def stream_rate(self) -> float:
-        """Tokens per second after the first one: what this person sees the reply stream at."""
-        span = self.done - (self.first or self.done)
-        return (self.tokens - 1) / span if self.tokens > 1 and span > 0 else 0.0
+    def one_chunk(self) -> bool:
+        """The whole text of a reply of several tokens came at once: it was not streamed."""
+        return self.tokens > 1 and len(self.arrivals) == 1
+
+    @property
+    def ttft(self) -> float | None:
+        """Request sent -> its first text arrived; None when no text came."""
+        return self.arrivals[0] - self.sent if self.arrivals else None
+
+    @property
+    def stream_rate(self) -> float | None:
+        """Tokens per second from the first text's arrival to the last's: what this person sees the reply
+        stream at. None when there is no span to measure (no text, or all of it in one chunk)."""
+        if len(self.arrivals) < 2 or self.arrivals[-1] <= self.arrivals[0]:
+            return None
+        return (self.tokens - 1) / (self.arrivals[-1] - self.arrivals[0])
 
 
 async def stream(http: httpx.AsyncClient, url: str, body: dict) -> Reply:
@@ -104,7 +121,7 @@ async def stream(http: httpx.AsyncClient, url: str, body: dict) -> Reply:
                 for choice in chunk.get("choices", []):
                     piece = choice["delta"].get("content")
                     if piece:
-                        reply.first = reply.first or time.perf_counter()
+                        reply.arrivals.append(time.perf_counter())
                         reply.text += piece
                 reply.stats = chunk.get("qvl") or reply.stats
     except httpx.HTTPError as exc:
@@ -145,37 +162,61 @@ async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
     replies = firsts + follows
     lost = [r for r in replies if r.error or (not args.no_min_tokens and r.tokens != args.max_tokens)]
     good = [r for r in replies if r not in lost]
-    mixed = sum(a.error == "" and a.text != r.text for a, r in zip(alone, firsts, strict=False))
+    # Empty texts would agree whatever the tokens: only replies with text are compared.
+    compared = [(a, r) for a, r in zip(alone, firsts, strict=False) if a.error == "" and (a.text or r.text)]
+    mixed = sum(a.text != r.text for a, r in compared)
+    rates = [r.stream_rate for r in good if r.stream_rate is not None]
+    ttfts = [r.ttft for r in firsts if r.ttft is not None]
+    follow_ttfts = [r.ttft for r in follows if r.ttft is not None]
     return {
         "clients": clients,
         "requests": len(replies),
         "seconds": round(elapsed, 3),
         "tokens": sum(r.tokens for r in good),
         "aggregate_tok_s": round(sum(r.tokens for r in good) / elapsed, 1),
-        "stream_tok_s_min": round(min((r.stream_rate for r in good), default=0), 1),
-        "stream_tok_s_p50": round(statistics.median([r.stream_rate for r in good] or [0]), 1),
-        "ttft_ms_p50": round(statistics.median([r.ttft for r in firsts] or [0]) * 1000, 1),
-        "ttft_ms_p95": round(percentile([r.ttft for r in firsts], 0.95) * 1000, 1),
-        "follow_up_ttft_ms_p50": round(statistics.median([r.ttft for r in follows] or [0]) * 1000, 1),
+        "stream_tok_s_min": round(min(rates), 1) if rates else None,
+        "stream_tok_s_p50": round(statistics.median(rates), 1) if rates else None,
+        "ttft_ms_p50": round(statistics.median(ttfts) * 1000, 1) if ttfts else None,
+        "ttft_ms_p95": round(percentile(ttfts, 0.95) * 1000, 1) if ttfts else None,
+        "follow_up_ttft_ms_p50": round(statistics.median(follow_ttfts) * 1000, 1) if follow_ttfts else None,
         "follow_up_cached_tokens_min": min((int(r.stats.get("cached_tokens", 0)) for r in follows), default=0),
         "slowest_reply_s": round(max((r.done - r.sent for r in replies), default=0), 3),
         "decode_batch_mean": round(statistics.mean([float(r.stats.get("decode_batch", 1)) for r in good] or [1]), 2),
         "lost": len(lost),
         "errors": sorted({r.error for r in lost if r.error})[:3],
-        "checked": len(alone),
+        "checked": len(compared),
         "mixed": mixed,
+        "textless": sum(r.textless for r in replies),
+        "one_chunk": sum(r.one_chunk for r in replies),
     }
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 def print_round(max_batch: str, row: dict) -> None:
     print(
         f"max-batch {max_batch:>3} | {row['clients']:>3} clients | {row['aggregate_tok_s']:>8.1f} tok/s all "
-        f"| per stream min {row['stream_tok_s_min']:.1f} p50 {row['stream_tok_s_p50']:.1f} tok/s "
-        f"| first token p50 {row['ttft_ms_p50']:.0f} p95 {row['ttft_ms_p95']:.0f} ms "
-        f"| follow-up p50 {row['follow_up_ttft_ms_p50']:.0f} ms | slowest {row['slowest_reply_s']:.2f} s "
+        f"| per stream min {_rate(row['stream_tok_s_min'])} p50 {_rate(row['stream_tok_s_p50'])} tok/s "
+        f"| first token p50 {_ms(row['ttft_ms_p50'])} p95 {_ms(row['ttft_ms_p95'])} ms "
+        f"| follow-up p50 {_ms(row['follow_up_ttft_ms_p50'])} ms | slowest {row['slowest_reply_s']:.2f} s "
         f"| batch {row['decode_batch_mean']:.1f} | lost {row['lost']} mixed {row['mixed']}/{row['checked']}",
         flush=True,
     )
+    if row["textless"]:
+        print(
+            f"  {row['textless']} of {row['requests']} replies had tokens but no text, so their first token cannot "
+            "be timed on arrival: the model picks ids its tokenizer has no text for (a random model whose "
+            "vocabulary is wider than its tokenizer; build it with --shape, which widens the tokenizer).",
+            flush=True,
+        )
+    if row["one_chunk"]:
+        print(f"  {row['one_chunk']} replies came in one chunk: the server did not stream them.", flush=True)
 
 
 async def bench(url: str, token: str, args, max_batch: str) -> list[dict]:
@@ -213,6 +254,11 @@ def screen_size(text: str) -> tuple[int, int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", metavar="MODEL", help="model directory or id to serve (when no --url is given)")
+    parser.add_argument(
+        "--shape",
+        choices=("tiny", "tiny-4b", "tiny-8b", "2b"),
+        help="instead of --model: random weights of this shape (2b: the real Qwen3-VL-2B), built on --device",
+    )
     parser.add_argument("--device", default="cpu", metavar="DEVICE")
     parser.add_argument("--url", metavar="URL", help="an already running server")
     # serve refuses tokens under 16 characters: the default is a fresh one of 32 (or the person's own).
@@ -236,11 +282,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def random_model(shape: str, device: str) -> str:
+    """A random-weight model of `shape` in a temporary folder, built in a child process so that this one
+    holds no GPU memory while the server runs."""
+    import subprocess
+
+    path = tempfile.mkdtemp(prefix="qvl-serve-bench-")
+    code = (
+        "import sys, torch; from pathlib import Path; from qvl_agent.devtools.bench import build_model_dir; "
+        "build_model_dir(sys.argv[1], Path(sys.argv[2]), torch.device(sys.argv[3]))"
+    )
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run([sys.executable, "-c", code, shape, path, device], check=True, cwd=root)
+    print(f"random weights, {shape} shape, in {path}", flush=True)
+    return path
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.url and not args.model:
-        parser.error("give --model DIR (to start a server) or --url")
+    if not args.url and not args.model and not args.shape:
+        parser.error("give --model DIR or --shape SHAPE (to start a server) or --url")
+    if args.shape and not args.model and not args.url:
+        args.model = random_model(args.shape, args.device)
     rows: list[dict] = []
     if args.url:
         rows += asyncio.run(bench(args.url, args.token, args, "?"))

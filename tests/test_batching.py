@@ -350,7 +350,8 @@ def test_a_follow_up_in_the_batch_prefills_only_its_own_tokens_and_matches_alone
 # --- 6. a bounded number of rows -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("settings", [Settings(max_batch=2), Settings(batch_memory_mb=5)], ids=["rows", "memory"])
+# 3 MB: two rows of 3,072 positions (1.5 MB each for the tiny model in fp32), the shortest rows there are.
+@pytest.mark.parametrize("settings", [Settings(max_batch=2), Settings(batch_memory_mb=3)], ids=["rows", "memory"])
 def test_more_turns_than_rows_wait_in_line_and_all_finish_exactly(tiny_model_dir, alone, settings):
     engine = Qwen3VLEngine.load(str(tiny_model_dir), device="cpu", settings=settings)
     try:
@@ -542,15 +543,15 @@ def test_batch_rows_never_take_more_than_half_the_free_memory(tiny_model_dir, mo
     """A tray on a small GPU gets fewer rows (or none) instead of running out of memory: the rows fit
     half of what is free after loading, whatever `max_batch` and `batch_memory_mb` allow."""
     from qvl_agent.engine import qwen3vl
-    from qvl_agent.engine.batch_kv import BatchKV
-    from qvl_agent.engine.batcher import ROW_TOKENS
+    from qvl_agent.engine.batch_kv import ROW_TOKENS_MIN, BatchKV
 
     e = Qwen3VLEngine.load(str(tiny_model_dir), device="cpu", settings=Settings(max_batch=1))
-    per_row = BatchKV.bytes_per_row(e.model, ROW_TOKENS, e.dtype)
+    per_row = BatchKV.bytes_per_row(e.model, ROW_TOKENS_MIN, e.dtype)  # the shortest rows there are
     try:
-        monkeypatch.setattr(qwen3vl, "free_bytes", lambda device: 7 * per_row)
+        monkeypatch.setattr(qwen3vl, "free_bytes", lambda device: 9 * per_row)
         e.start_batching(16, 8192)
-        assert len(e.batcher.kv.rows) == 3  # 3.5 rows' worth is half of what is free
+        assert len(e.batcher.kv.rows) == 4  # 4.5 rows' worth is half of what is free
+        assert e.batcher.kv.row_tokens == ROW_TOKENS_MIN
         e.batcher.close()
         e.batcher = None
         monkeypatch.setattr(qwen3vl, "free_bytes", lambda device: 3 * per_row)

@@ -136,6 +136,9 @@ def test_serve_bench_runs_batched_and_alone_side_by_side(tiny_model_dir, tmp_pat
         assert row["lost"] == 0 and row["mixed"] == 0 and row["checked"] == row["clients"]
         assert row["tokens"] == row["clients"] * 2 * 10  # first questions and follow-ups, 10 tokens each
         assert row["follow_up_cached_tokens_min"] > 0 and row["aggregate_tok_s"] > 0
+        # Timed on the arrival of text: every reply had some, in more than one chunk.
+        assert row["textless"] == 0 and row["one_chunk"] == 0 and row["ttft_ms_p50"] > 0
+        assert row["stream_tok_s_min"] > 0
     assert all(row["decode_batch_mean"] == 1 for row in rounds if row["max_batch"] == "1")
     assert r.stdout.count("max-batch") == 4
 

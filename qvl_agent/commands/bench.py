@@ -24,6 +24,11 @@ def register(sub) -> None:
     p.add_argument("--device", default="auto", metavar="DEVICE", help="auto, cpu, cuda or cuda:N")
     p.add_argument("--reps", type=int, default=5, metavar="N", help="runs per scenario; medians are reported")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument(
+        "--start-times",
+        action="store_true",
+        help="first time start to ready in two fresh processes, compile cache cold then warm (minutes on a GPU)",
+    )
     p.set_defaults(func=run)
 
 
@@ -31,7 +36,12 @@ def run(args, settings) -> int:
     from qvl_agent.devtools import bench
 
     report = bench.run(
-        args.model, args.device, max(1, args.reps), log=lambda m: print(m, file=sys.stderr), shape=args.shape
+        args.model,
+        args.device,
+        max(1, args.reps),
+        log=lambda m: print(m, file=sys.stderr),
+        shape=args.shape,
+        start_times=args.start_times,
     )
     print(bench.format_table(report))
     bench.main_json(report, args.json)

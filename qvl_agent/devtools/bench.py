@@ -251,8 +251,7 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
 
     from qvl_agent.devtools import tiny_model as mf
 
-    processor = mf.build_processor()
-    config = mf.SHAPES[shape](processor.tokenizer)
+    processor, config = mf.random_model_parts(shape)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     torch.manual_seed(0)
     with torch.device(device):
@@ -265,9 +264,12 @@ def build_model_dir(shape: str, path: Path, device: torch.device) -> Path:
     return path
 
 
-def run(model: str | None, device: str, reps: int, log=print, shape: str | None = None) -> dict:
+def run(
+    model: str | None, device: str, reps: int, log=print, shape: str | None = None, start_times: bool = False
+) -> dict:
     """`shape` (random weights when no `model`): a key of tiny_model.SHAPES; default the real 2B shape on a
-    GPU, the tiny one on a CPU."""
+    GPU, the tiny one on a CPU. `start_times`: first time start to ready in two fresh processes, with the
+    compile cache cold and then warm (`ready.start_times`; minutes on a GPU, for the cold compile)."""
     dev = pick_device(device)
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -278,6 +280,11 @@ def run(model: str | None, device: str, reps: int, log=print, shape: str | None 
         log(f"building a random Qwen3-VL ({shape} shape) in {tmp.name}")
         model = str(build_model_dir(shape, Path(tmp.name), dev))
     results: dict[str, Result] = {}
+    starts = None
+    if start_times:  # before this process takes the GPU: each start has it to itself
+        from qvl_agent.devtools.ready import start_times as fresh_starts
+
+        starts = dict(zip(("cold", "warm"), fresh_starts(model, str(dev), log), strict=True))
 
     # (e) start to ready: load + warm-up (CUDA graphs) for the engine, load for the baseline.
     t0 = time.perf_counter()
@@ -446,6 +453,7 @@ def run(model: str | None, device: str, reps: int, log=print, shape: str | None 
         "compile_s": round(engine.compiler.seconds, 1) if engine.compiler else None,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "rows": [r.row() for r in results.values()],
+        "start_times": starts,
         "screens": screens,
         "zoom": zoom_costs(engine, reps),
         "greedy_tokens_agreeing_with_generate": f"{agree}/{len(ref_ids)}",
@@ -470,6 +478,8 @@ def format_table(report: dict) -> str:
         lines.append(
             f"{r['scenario']:66} {r['engine']:>8} {r['unit']:<3}{r['baseline']:>8} {r['unit']:<3}{r['speedup']:>6}x"
         )
+    if report.get("start_times"):
+        lines.append(start_times_line(report["start_times"]))
     lines.append(
         f"greedy tokens agreeing with generate: {report['greedy_tokens_agreeing_with_generate']}; "
         f"first-token max |logit diff| {report['first_token_max_abs_logit_diff']} "
@@ -488,6 +498,16 @@ def format_table(report: dict) -> str:
     if report["peak_gpu_memory_gib"] is not None:
         lines.append(f"peak GPU memory: {report['peak_gpu_memory_gib']} GiB")
     return "\n".join(lines)
+
+
+def start_times_line(starts: dict) -> str:
+    """(e) in fresh processes: ready, then the compiled step's build after ready, cold and warm cache."""
+    parts = []
+    for which in ("cold", "warm"):
+        run = starts[which]
+        built = f" + compile {run['compile_s']:.1f} s" if run["compile_s"] is not None else " (nothing to compile)"
+        parts.append(f"{which} compile cache {run['ready_s']:.1f} s{built}")
+    return "(e) start to ready in a fresh process: " + "; ".join(parts)
 
 
 def main_json(report: dict, path: str | None) -> None:

@@ -3,8 +3,10 @@ and the real 2B shape the benchmark times (latency does not depend on the weight
 
 Everything here is saved with `save_pretrained` and loaded back through the same code path as real
 weights (`Qwen3VLEngine.load`). The tokenizer is a byte-level BPE trained on a small built-in corpus and
-carries Qwen's special tokens; the chat template is Qwen3-VL's own, less video.
-Real weights bring the official tokenizer and template instead.
+carries Qwen's special tokens; the chat template is Qwen3-VL's own, less video. A shape whose vocabulary is
+wider than that (the real 2B's 151,936 ids) gets the tokenizer widened to match: every id the model can
+pick then has text, as with the official tokenizer, so a streamed reply streams and its text can be
+compared. Real weights bring the official tokenizer and template instead.
 """
 
 from __future__ import annotations
@@ -120,8 +122,11 @@ The quick brown fox jumps over the lazy dog. 0 1 2 3 4 5 6 7 8 9 10 100 1000 , .
 """
 
 
-def build_tokenizer(vocab_size: int = 1024):
-    """A byte-level BPE tokenizer with Qwen's special tokens, trained here in well under a second."""
+def build_tokenizer(vocab_size: int = 1024, total: int | None = None):
+    """A byte-level BPE tokenizer with Qwen's special tokens, trained here in well under a second.
+
+    `total` widens it to that many ids (the model's vocabulary): ids past the trained ones become short
+    lowercase words that no merge produces, so encoding is unchanged and every id decodes to text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -135,6 +140,8 @@ def build_tokenizer(vocab_size: int = 1024):
         show_progress=False,
     )
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    if total is not None:
+        tok = _widened(tok, total - len(ADDED_TOKENS))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
@@ -143,6 +150,29 @@ def build_tokenizer(vocab_size: int = 1024):
     )
     fast.add_tokens(ADDED_TOKENS)
     return fast
+
+
+def _widened(tok, size: int):
+    """`tok` with its BPE vocabulary filled up to `size` ids by filler words (no merges lead to them)."""
+    import itertools
+    import string
+
+    from tokenizers import Tokenizer
+
+    data = json.loads(tok.to_str())
+    vocab: dict[str, int] = data["model"]["vocab"]
+    # "Ġ" is byte-level BPE's space: half the fillers start a word, so a random reply reads as words.
+    words = (
+        prefix + "".join(letters)
+        for n in (2, 3, 4)
+        for letters in itertools.product(string.ascii_lowercase, repeat=n)
+        for prefix in ("Ġ", "")
+    )
+    for word in words:
+        if len(vocab) >= size:
+            break
+        vocab.setdefault(word, len(vocab))
+    return Tokenizer.from_str(json.dumps(data))
 
 
 def build_processor(tokenizer=None):
@@ -293,16 +323,31 @@ def qwen3vl_2b_config(tokenizer):
 SHAPES["2b"] = qwen3vl_2b_config
 
 
-def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0) -> Path:
-    """Build a random Qwen3-VL of `shape` (a key of SHAPES) and save model + processor to `path`."""
+def random_model_parts(shape: str, vocab_size: int | None = None):
+    """(processor, config) of a random Qwen3-VL of `shape` (a key of SHAPES); `vocab_size` overrides the
+    shape's vocabulary. The tokenizer is widened to the model's vocabulary where that is larger."""
+    processor = build_processor()
+    config = SHAPES[shape](processor.tokenizer)
+    if vocab_size is not None:
+        config.text_config.vocab_size = vocab_size
+    wanted = config.text_config.vocab_size
+    if wanted > len(processor.tokenizer):
+        processor = build_processor(build_tokenizer(total=wanted))
+        config = SHAPES[shape](processor.tokenizer)
+        config.text_config.vocab_size = wanted
+    return processor, config
+
+
+def save_random_model(path: str | Path, shape: str = "tiny", seed: int = 0, vocab_size: int | None = None) -> Path:
+    """Build a random Qwen3-VL of `shape` (a key of SHAPES) and save model + processor to `path`;
+    `vocab_size` overrides the shape's vocabulary (the tiny model with the real 2B's 151,936 ids)."""
     import torch
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     path = Path(path)
-    processor = build_processor()
-    config = SHAPES[shape](processor.tokenizer)
+    processor, config = random_model_parts(shape, vocab_size)
     torch.manual_seed(seed)
     model = Qwen3VLForConditionalGeneration(config)
     ids = _token_ids(processor.tokenizer)

@@ -9,9 +9,12 @@ whatever row they decoded in, and a follow-up still prefills only its new tokens
 The last position of every row is scratch: a step writes the K/V of a row that is not decoding there
 (the step always runs a fixed number of rows), so a row holds at most `row_tokens - 1` positions.
 
-Memory: rows x row_tokens x 112 KiB on the 2B model in bf16 (16 rows of 4,096 tokens: 7 GiB), so the
+Memory: rows x row_tokens x 112 KiB on the 2B model in bf16 (16 rows of 4,096 tokens: 7 GiB), and the
 engine never takes more than half of what is free once the model is loaded (`free_bytes`): a tray on a
-small GPU gets fewer rows, or none, rather than running out of memory.
+small GPU gets fewer rows, or none, rather than running out of memory. Within that, `row_layout` sizes
+the rows: 4,096 positions while `max_batch` such rows fit, else shorter ones down to 3,072 (a 1080p
+screenshot turn and a 512-token reply) so that more turns decode together; a turn too long for a row
+runs on the single-stream path.
 """
 
 from __future__ import annotations
@@ -21,6 +24,19 @@ import os
 import torch
 
 from qvl_agent.engine.cuda_graphs import KVSlot
+
+ROW_TOKENS = 4096  # positions per row when the memory holds every row at this length
+ROW_TOKENS_MIN = 3072  # the shortest row: a 1080p screenshot's turn (~2,400 positions) and a 512-token reply
+ROW_STEP = 256
+
+
+def row_layout(max_batch: int, memory_bytes: int, bytes_per_token: int) -> tuple[int, int]:
+    """(rows, positions per row) for up to `max_batch` turns in `memory_bytes` of KV: rows of ROW_TOKENS
+    while `max_batch` of them fit, else the longest multiple of ROW_STEP that lets `max_batch` rows fit, but
+    never below ROW_TOKENS_MIN; then as many rows of that length as fit, at most `max_batch`."""
+    fit = memory_bytes // (max(max_batch, 1) * bytes_per_token) // ROW_STEP * ROW_STEP
+    row_tokens = max(ROW_TOKENS_MIN, min(ROW_TOKENS, fit))
+    return min(max_batch, memory_bytes // (row_tokens * bytes_per_token)), row_tokens
 
 
 class _Layer:
@@ -73,6 +89,10 @@ class BatchKV:
         text = model.config.get_text_config()
         per_token = 2 * text.num_hidden_layers * text.num_key_value_heads * text.head_dim
         return per_token * row_tokens * torch.empty((), dtype=dtype).element_size()
+
+    @staticmethod
+    def bytes_per_token(model, dtype: torch.dtype) -> int:
+        return BatchKV.bytes_per_row(model, 1, dtype)
 
     @property
     def free(self) -> int:

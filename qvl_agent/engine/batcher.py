@@ -35,14 +35,11 @@ from collections.abc import Iterator
 import torch
 
 from qvl_agent.engine.base import GenerationOptions, TurnStats
-from qvl_agent.engine.batch_kv import BatchKV
+from qvl_agent.engine.batch_kv import ROW_TOKENS, BatchKV
 from qvl_agent.engine.batch_step import BatchStep
 from qvl_agent.engine.decode import TextStream, select_token
 from qvl_agent.errors import EngineError, GenerationCancelled
 
-# Positions per row: a 1080p screenshot's ~2.7k tokens, a follow-up and a 512-token reply. Longer turns
-# run on the single-stream path.
-ROW_TOKENS = 4096
 # Prefill tokens per unit between two batched decode steps (~20 ms on an H200 for the 2B model).
 PREFILL_CHUNK = {"cuda": 2048}
 PREFILL_CHUNK_OTHER = 256

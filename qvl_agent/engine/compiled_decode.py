@@ -10,54 +10,23 @@ and `BackgroundSwap` builds the compiled step on a thread:
 - `install(item, prepared)` runs under the engine's lock, i.e. between turns: it captures the compiled
   step in a CUDA graph over the real slot and replaces that view's plain decode graph.
 
-A failure leaves the plain graphs that are already there, and `status` says why. `cache_dir` keys the
-inductor cache by everything that changes the generated code, so a second start reuses it.
+A failure leaves the plain graphs that are already there, and `status` says why. The inductor cache is
+kept per GPU model and torch build, keyed by everything that changes the generated code
+(`compile_cache.py`), so a second start, or one after `qvl-agent warm-up`, reuses it.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 
+from qvl_agent.engine.compile_cache import cache_key, use_cache_dir
+
 COMPILED = "compiled"
-
-
-def cache_key(config: dict, shapes: Sequence[int], torch_version: str, gpu: str, dtype: str) -> str:
-    """A short hash of what the compiled code depends on: the model's config (`config.to_dict()`; where
-    it was loaded from does not count), the KV shapes, torch, the GPU and the dtype."""
-    config = {k: v for k, v in config.items() if k != "_name_or_path"}
-    material = json.dumps([config, list(shapes), torch_version, gpu, dtype], sort_keys=True, default=str)
-    return hashlib.sha256(material.encode()).hexdigest()[:16]
-
-
-def cache_dir(key: str) -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("qvl-agent", appauthor=False)) / "compile" / key
-
-
-def use_cache_dir(key: str) -> str:
-    """Point inductor's on-disk caches (FX graph and kernels) at the folder for `key`, unless the person
-    chose one with TORCHINDUCTOR_CACHE_DIR. Returns the folder in use."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    # Torch writes its default into the variable the first time it asks; that is not the person's choice.
-    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
-    if not chosen or os.path.abspath(chosen) == os.path.abspath(default_cache_dir()):
-        path = cache_dir(key)
-        path.mkdir(parents=True, exist_ok=True)
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
-    import torch._inductor.config as inductor_config
-
-    inductor_config.fx_graph_cache = True
-    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+__all__ = ["COMPILED", "BackgroundSwap", "cache_key", "compiled_decode_swap", "use_cache_dir"]
 
 
 class BackgroundSwap:
@@ -71,6 +40,7 @@ class BackgroundSwap:
         self.done = 0
         self.error = ""
         self.seconds = 0.0  # from start to the last install (or the failure)
+        self.cache_folder = ""  # where the compiled code is cached (`compile_cache.use_cache_dir`)
         self._finished = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qvl-compile", daemon=True)
 
@@ -121,7 +91,8 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     model = engine.model
     gpu = torch.cuda.get_device_name(engine.device)
     shapes = (slot.max_len, *slot.spans)
-    use_cache_dir(cache_key(model.config.to_dict(), shapes, torch.__version__, gpu, str(engine.dtype)))
+    key = cache_key(model.config.to_dict(), shapes, torch.__version__, gpu, str(engine.dtype))
+    folder = use_cache_dir(key, gpu, torch.__version__)
     # Same layout as the real slot (views are slices of `max_len`-long tensors), so the code compiled
     # here passes its guards there and installing needs no second compile.
     scratch = KVSlot(model, slot.max_len, engine.device, engine.dtype)
@@ -173,4 +144,6 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
         if chain is not None:
             runner.chains[(k, span)] = chain
 
-    return BackgroundSwap(engine.lock, slot.spans, prepare, install)
+    swap = BackgroundSwap(engine.lock, slot.spans, prepare, install)
+    swap.cache_folder = folder
+    return swap

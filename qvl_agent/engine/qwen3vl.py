@@ -24,8 +24,8 @@ import torch
 
 from qvl_agent.config import Settings, download_command
 from qvl_agent.engine.base import Engine, GenerationOptions
-from qvl_agent.engine.batch_kv import BatchKV, free_bytes
-from qvl_agent.engine.batcher import ROW_TOKENS, Batcher
+from qvl_agent.engine.batch_kv import BatchKV, free_bytes, row_layout
+from qvl_agent.engine.batcher import Batcher
 from qvl_agent.engine.context import Context, ImageSpan
 from qvl_agent.engine.cuda_graphs import GraphRunner, KVSlot, vision_kwargs
 from qvl_agent.engine.fast_step import fuse_weights
@@ -193,11 +193,12 @@ class Qwen3VLEngine(Engine):
     def start_batching(self, max_batch: int, memory_mb: int) -> None:
         """Let turns of different sessions that overlap decode in one batched step (`batcher.py`): as
         many rows as `max_batch`, `memory_mb` of KV and half the free memory allow (the rest stays for
-        activations, vision features and sessions' own caches). Fewer than two: batching stays off."""
-        per_row = BatchKV.bytes_per_row(self.model, ROW_TOKENS, self.dtype)
-        rows = min(max_batch, min(memory_mb * 2**20, free_bytes(self.device) // 2) // per_row)
+        activations, vision features and sessions' own caches), with rows as long as that leaves room for
+        (`batch_kv.row_layout`). Fewer than two: batching stays off."""
+        memory = min(memory_mb * 2**20, free_bytes(self.device) // 2)
+        rows, row_tokens = row_layout(max_batch, memory, BatchKV.bytes_per_token(self.model, self.dtype))
         if rows >= 2:
-            self.batcher = Batcher(self, rows)
+            self.batcher = Batcher(self, rows, row_tokens)
 
     def start_compile(self, make_swap=None) -> None:
         """Build the compiled decode step on a background thread and swap it in between turns; serving
