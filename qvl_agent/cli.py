@@ -235,7 +235,7 @@ def print_event(event, prefix: str = "", reasons: bool = False) -> None:
 
 
 def start_takeover(settings, switch, person=None, *, where: str = "the screen", banner: bool = True):
-    """The take-over of a run (`takeover.TakeOver`) listening to `[hotkeys] takeover`, announced on the
+    """The take-over of a run (`takeover.TakeOver`) listening to `takeover_hotkey`, announced on the
     terminal; its pauses shown by a terminal line and the banner window (`ui.banner`). With no global
     hotkeys here it still serves the model's call_user (the banner's button hands back)."""
     from qvl_agent.config import hotkey_label
