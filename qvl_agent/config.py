@@ -129,6 +129,11 @@ def check_hotkeys(hotkeys: Hotkeys) -> Hotkeys:
     return hotkeys
 
 
+def every_hotkey(hotkeys: Hotkeys) -> list[str]:
+    """The person's hotkeys, take-over included (pynput syntax): a recording of the person leaves them out."""
+    return [getattr(hotkeys, f.name) for f in fields(Hotkeys)]
+
+
 KEY_LABELS = {"ctrl": "Ctrl", "alt": "Alt", "alt_gr": "AltGr", "shift": "Shift", "cmd": "Super", "esc": "Esc",
               "page_up": "PgUp", "page_down": "PgDown", "print_screen": "Print"}  # fmt: skip
 

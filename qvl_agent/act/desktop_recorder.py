@@ -41,12 +41,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.keys import from_pynput, hotkey_chord
-from qvl_agent.config import Hotkeys, hotkey_keys
+from qvl_agent.config import Hotkeys, every_hotkey, hotkey_keys
 from qvl_agent.errors import CaptureError
 from qvl_agent.image import GRID, Region, Screenshot, to_model
 from qvl_agent.secrets import Secrets, placeholder
@@ -102,8 +102,7 @@ class _Step:
 
 def default_hotkeys() -> list[str]:
     """The project's hotkeys at their defaults, and the take-over hotkey's."""
-    defaults = Hotkeys()
-    return [getattr(defaults, f.name) for f in fields(Hotkeys)] + [TAKEOVER_HOTKEY]
+    return [*every_hotkey(Hotkeys()), TAKEOVER_HOTKEY]
 
 
 def atspi_password_focused() -> bool:
