@@ -98,14 +98,21 @@ def wait_for(predicate, what: str, timeout: float = 60) -> None:
 
 
 def banner_place() -> tuple[int, int, int, int] | None:
-    """The banner's client window on the desktop (x, y, width, height), or None while it is not shown."""
+    """The banner's client window on the desktop (x, y, width, height), or None while it is not shown. (Asked
+    of the X server: xdotool's own geometry counts the window manager's frame twice.)"""
     found = subprocess.run(["xdotool", "search", "--onlyvisible", "--name", BANNER], capture_output=True, text=True)
     if found.returncode != 0:
         return None
-    window = found.stdout.split()[0]
-    shape = subprocess.run(["xdotool", "getwindowgeometry", "--shell", window], capture_output=True, text=True)
-    values = dict(line.split("=", 1) for line in shape.stdout.split() if "=" in line)
-    return int(values["X"]), int(values["Y"]), int(values["WIDTH"]), int(values["HEIGHT"])
+    from Xlib import display
+
+    connection = display.Display()
+    try:
+        window = connection.create_resource_object("window", int(found.stdout.split()[0]))
+        shape = window.get_geometry()
+        at = connection.screen().root.translate_coords(window, 0, 0)
+        return at.x, at.y, shape.width, shape.height
+    finally:
+        connection.close()
 
 
 def click_at(x: int, y: int) -> None:
@@ -176,7 +183,7 @@ def test_a_person_takes_over_run_types_a_password_marked_private_and_hands_back(
         _x("type", "--delay", "30", "ada@example.org")
         time.sleep(0.3)
         bx, by, _, bh = banner_place()
-        click_at(bx + 40, by + bh - 26)  # the "Keep what I type private" box, at the banner's lower left
+        click_at(bx + 40, by + bh - 28)  # the "Keep what I type private" box, at the banner's lower left
         run.wait_said("what you type is kept private")
         click_at(*widget_point(form, "name"))
         _x("type", "--delay", "30", PASSWORD)
@@ -225,7 +232,7 @@ def test_the_models_call_user_pauses_run_with_its_reason_until_the_banners_butto
         wait_for(banner_place, "the banner")
         time.sleep(0.5)  # the banner has said where it is
         bx, by, bw, bh = banner_place()
-        click_at(bx + bw - 30, by + bh - 26)  # Hand back, at the banner's lower right
+        click_at(bx + bw - 40, by + bh - 28)  # Hand back, at the banner's lower right
         assert run.finish() == 0, run.said()
     finally:
         run.kill()
