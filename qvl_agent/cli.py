@@ -236,9 +236,10 @@ def print_event(event, prefix: str = "", reasons: bool = False) -> None:
 
 
 def start_takeover(settings, switch, person=None, *, where: str = "the screen", banner: bool = True):
-    """The take-over of a run (`takeover.TakeOver`) listening to `[hotkeys] takeover`, announced on the
+    """The take-over of a run (`takeover.TakeOver`) listening to `takeover_hotkey`, announced on the
     terminal; its pauses shown by a terminal line and the banner window (`ui.banner`). With no global
-    hotkeys here it still serves the model's call_user (the banner's button hands back)."""
+    hotkeys here it still serves the model's call_user (the banner's button hands back). Where the person's
+    recorder takes marks (the desktop's), the banner has a box to keep what they type private."""
     from qvl_agent.config import hotkey_label
     from qvl_agent.takeover import TakeOver
     from qvl_agent.ui.banner import PauseNotice
@@ -246,7 +247,9 @@ def start_takeover(settings, switch, person=None, *, where: str = "the screen", 
     label = hotkey_label(settings.hotkeys.takeover)
     takeover = TakeOver(switch, person, hotkey=label, where=where)
     problem = takeover.listen(settings.hotkeys.takeover)
-    takeover.show = PauseNotice("" if problem else label, takeover.hand_back, banner=banner)
+    private = takeover.mark_private if hasattr(person, "mark_private") else None
+    takeover.show = PauseNotice("" if problem else label, takeover.hand_back, banner=banner, on_private=private,
+                                on_window=takeover.keep_out)  # fmt: skip
     if problem:
         print(f"qvl-agent: note: the take-over hotkey is not available: {problem}.", file=sys.stderr, flush=True)
     else:

@@ -109,15 +109,29 @@ class Hotkeys:
     ask: str = "<ctrl>+<alt>+q"
     region: str = "<ctrl>+<alt>+r"
     stop: str = "<ctrl>+<alt>+<esc>"
-    takeover: str = "<ctrl>+<alt>+t"  # a run pauses for the person to act, and goes on when pressed again
+    # A run pauses for the person to act, and goes on when pressed again. People write it as the top-level
+    # `takeover_hotkey` (issue 31's name); it lives here so that every hotkey is checked against the others.
+    takeover: str = "<ctrl>+<alt>+t"
+
+
+TAKEOVER_HOTKEY = "takeover_hotkey"  # the take-over hotkey's name in config.toml
+TAKEOVER_WHAT = "take-over (takeover_hotkey)"  # as error sentences name it: "The take-over (takeover_hotkey) hotkey"
 
 
 def check_hotkeys(hotkeys: Hotkeys) -> Hotkeys:
     """Every hotkey valid and no two the same, else ConfigError."""
-    values = {f.name: hotkey_keys(getattr(hotkeys, f.name), f.name) for f in fields(Hotkeys)}
+    values = {
+        f.name: hotkey_keys(getattr(hotkeys, f.name), TAKEOVER_WHAT if f.name == "takeover" else f.name)
+        for f in fields(Hotkeys)
+    }
     if len({frozenset(keys) for keys in values.values()}) != len(values):
-        raise ConfigError("The ask, region, stop and takeover hotkeys must all be different.")
+        raise ConfigError("The ask, region and stop hotkeys and takeover_hotkey must all be different.")
     return hotkeys
+
+
+def every_hotkey(hotkeys: Hotkeys) -> list[str]:
+    """The person's hotkeys, take-over included (pynput syntax): a recording of the person leaves them out."""
+    return [getattr(hotkeys, f.name) for f in fields(Hotkeys)]
 
 
 KEY_LABELS = {"ctrl": "Ctrl", "alt": "Alt", "alt_gr": "AltGr", "shift": "Shift", "cmd": "Super", "esc": "Esc",
@@ -313,16 +327,26 @@ def _from_mapping(data: dict, source: str) -> tuple[dict, list[str]]:
     """The usable values of a parsed file, and one sentence for each key that was left out."""
     values: dict = {}
     problems: list[str] = []
+    takeover = None
     for key, value in data.items():
         try:
             if key == "hotkeys":
                 values["hotkeys"] = _hotkeys(value, source, problems)
+            elif key == TAKEOVER_HOTKEY:
+                takeover = value  # checked against the [hotkeys] table, which TOML puts after it
             elif key in _INT_FIELDS | _TEXT_FIELDS | _BOOL_FIELDS:
                 values[key] = _coerce(key, value, source)
             else:
                 raise ConfigError(f"Unknown setting {key!r} in {source}.")
         except ConfigError as exc:
             problems.append(f"{exc} It is ignored.")
+    if takeover is not None:
+        hotkeys = values.get("hotkeys", Hotkeys())
+        try:
+            text = check_hotkey(takeover, TAKEOVER_WHAT)
+            values["hotkeys"] = check_hotkeys(dataclasses.replace(hotkeys, takeover=text))
+        except ConfigError as exc:
+            problems.append(f"{str(exc).rstrip('.')} (in {source}); it is ignored.")
     return values, problems
 
 
@@ -487,6 +511,7 @@ def dumps(settings: Settings) -> str:
     for secret in ("api_token", "api_key"):
         data.pop(secret)
     data["hotkeys"] = dataclasses.asdict(settings.hotkeys)
+    data[TAKEOVER_HOTKEY] = data["hotkeys"].pop("takeover")
     return tomli_w.dumps(data)
 
 

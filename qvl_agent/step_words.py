@@ -84,7 +84,7 @@ KEY_LABELS = {"ctrl": "Ctrl", "alt": "Alt", "win": "Super", "esc": "Escape", "pa
 def describe_person_steps(steps: list[dict]) -> str:
     """What the person did, in one sentence: "The person clicked at (412, 300) on the screen; typed 'hello';
     pressed Enter." Private typing (a secret's placeholder) is "typed something private"."""
-    parts = [part for part in map(_person_step, steps) if part]
+    parts = [part for part in map(person_step, steps) if part]
     if not parts:
         return "The person did nothing the run could record."
     if len(parts) > MAX_PERSON_STEPS:
@@ -93,7 +93,9 @@ def describe_person_steps(steps: list[dict]) -> str:
     return A.printable("The person " + "; ".join(parts) + ".")
 
 
-def _person_step(record: dict) -> str:
+def person_step(record: dict) -> str:
+    """One step of the person's in words, starting with its verb in the past ("clicked at (412, 300) on the
+    screen"); "" for a record that is not one."""
     action = next(iter(record.get("actions") or []), {})
     result = next(iter(record.get("results") or []), {})
     if not isinstance(action, dict) or not isinstance(result, dict):

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from qvl_agent.act.guard import StopSwitch
+from qvl_agent.step_words import person_step
 
 POLL_S = 0.1  # how often a pause looks at the stop switch (and lets a browser's events in)
 PAUSED, RESUMED = "paused", "resumed"
@@ -102,6 +103,19 @@ class TakeOver:
                 self._wanted.clear()
                 self._reason = ""
 
+    def mark_private(self, on: bool) -> None:
+        """The person marks what they type from now on private (the banner's box), where the recorder of
+        the person can keep it out of the trace (the desktop's; a browser finds password fields itself)."""
+        mark = getattr(self.person, "mark_private", None)
+        if mark is not None:
+            mark(on)
+
+    def keep_out(self, area) -> None:
+        """The banner's place on the desktop (an `image.Region`): the person's presses there are no steps."""
+        keep = getattr(self.person, "keep_out", None)
+        if keep is not None:
+            keep(area)
+
     def toggle(self) -> None:
         """The take-over hotkey: take over, or hand back when the run is paused."""
         with self._lock:
@@ -180,6 +194,9 @@ def what_the_person_did(records: list[dict], reason: str = "", where: str = "", 
             if at and url and at != url:
                 said.append(f"went to {at}")
             url = at or url
+            if not ("url" in (result.get("detail") or {}) or "locator" in (result.get("detail") or {})):
+                said.append(person_step({"actions": [action], "results": [result]}) or "did something")
+                continue  # a desktop step: a point on the model's grid, a key, typing (private never spelled)
             verb, _, rest = str(result.get("action") or action.get("action", "")).strip().partition(" ")
             if verb in ("right", "middle") and rest.startswith("click "):
                 rest = rest[len("click ") :]
@@ -202,29 +219,76 @@ def what_the_person_did(records: list[dict], reason: str = "", where: str = "", 
 
 class DesktopPerson:
     """The person's pointer and key events on the desktop, recorded by `act.desktop_recorder` (loaded at
-    the first pause, so a run that is never taken over does not load it)."""
+    the first pause, so a run that is never taken over does not load it). `hotkeys` are the person's
+    (pynput syntax): pressing them is no step. After each pause, `secrets` holds the run's secrets and what
+    the person typed privately (the command hands them to the agent on resume: `masks_what_the_person_typed`),
+    `problems` what could not be recorded."""
 
-    def __init__(self, trace, secrets):
-        self.trace, self.secrets = trace, secrets
+    def __init__(self, trace, secrets=None, hotkeys=None):
+        from qvl_agent.secrets import Secrets
+
+        self.trace, self.secrets = trace, secrets if secrets is not None else Secrets()
+        self.hotkeys = tuple(hotkeys) if hotkeys is not None else None
+        self.problems: list[str] = []
         self._recorder = None
+        self._lock = threading.Lock()
+        self._private = False
+        self._kept_out = None  # the banner's place, which may be told before the recorder starts
 
     def start(self, first_step: int) -> None:
         from qvl_agent.act.desktop_recorder import DesktopRecorder
 
-        self._recorder = DesktopRecorder(self.trace, self.secrets, first_step=first_step)
-        self._recorder.start()
+        recorder = DesktopRecorder(self.trace, self.secrets, first_step=first_step, hotkeys=self.hotkeys)
+        with self._lock:
+            if self._kept_out is not None:
+                recorder.keep_out([self._kept_out])
+            if self._private:
+                recorder.mark_private(True)
+            self._recorder = recorder
+        recorder.start()
+
+    def mark_private(self, on: bool) -> None:
+        with self._lock:
+            self._private = on
+            if self._recorder is not None:
+                self._recorder.mark_private(on)
+
+    def keep_out(self, area) -> None:
+        with self._lock:
+            self._kept_out = area
+            if self._recorder is not None:
+                self._recorder.keep_out([area])
 
     def pump(self, seconds: float) -> None:
         time.sleep(seconds)  # the recorder listens on threads of its own
 
     def stop(self) -> list[dict]:
-        recorder, self._recorder = self._recorder, None
-        return recorder.stop() if recorder is not None else []
+        with self._lock:
+            recorder, self._recorder = self._recorder, None
+            self._private, self._kept_out = False, None  # the next pause has a banner of its own, unticked
+        if recorder is None:
+            return []
+        written = recorder.stop()
+        self.secrets = recorder.secrets
+        self.problems += recorder.problems
+        return written
 
 
-def desktop_person(trace, secrets) -> DesktopPerson | None:
+def desktop_person(trace, secrets=None, hotkeys=None) -> DesktopPerson | None:
     """The desktop's recorder of the person, or None where this build has none (the pause then records
     nothing, and the model is told the person acted on the desktop)."""
     if trace is None or importlib.util.find_spec("qvl_agent.act.desktop_recorder") is None:
         return None
-    return DesktopPerson(trace, secrets)
+    return DesktopPerson(trace, secrets, hotkeys)
+
+
+def masks_what_the_person_typed(takeover: TakeOver, agent) -> None:
+    """From each hand back on, the agent masks what the person typed privately (a password field, or marked
+    private) as it masks the run's own secrets: in its trace, its events and the report."""
+
+    def on_resume() -> None:
+        secrets = getattr(takeover.person, "secrets", None)
+        if secrets is not None:
+            agent.secrets = type(secrets)({**agent.secrets.values, **secrets.values})
+
+    takeover.on_resume = on_resume

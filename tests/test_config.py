@@ -199,3 +199,33 @@ def test_max_pixels_beyond_what_the_model_sees_is_refused(path):
     loaded = load_text(path, "max_pixels = 100000000000\n")
     assert loaded.settings.max_pixels == Settings().max_pixels
     assert "max_pixels must be at most 16,777,216" in loaded.notice
+
+
+def test_the_take_over_hotkey_is_written_takeover_hotkey_at_the_top_of_the_file(path):
+    loaded = load_text(path, 'takeover_hotkey = "<ctrl>+<shift>+t"\n[hotkeys]\nask = "<ctrl>+<shift>+a"\n')
+    assert loaded.settings.hotkeys == Hotkeys(ask="<ctrl>+<shift>+a", takeover="<ctrl>+<shift>+t")
+    assert not loaded.notices
+    config.save(loaded.settings, path)
+    data = tomllib.loads(path.read_text())
+    assert data["takeover_hotkey"] == "<ctrl>+<shift>+t" and "takeover" not in data["hotkeys"]
+    assert config.load(path, env={}).settings == loaded.settings
+    assert 'takeover_hotkey = "<ctrl>+<alt>+t"' in config.dumps(Settings())  # the default, under its name
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('takeover_hotkey = ""', "takeover_hotkey) hotkey is empty"),
+        ('takeover_hotkey = "<ctrl>+<alt>+<nope>"', "unknown key"),
+        ("takeover_hotkey = 3", "must be text"),
+        ('takeover_hotkey = "t"', "needs a modifier"),
+        ('takeover_hotkey = "<ctrl>+<alt>+<esc>"', "all be different"),  # the stop hotkey's default
+        ('takeover_hotkey = "<ctrl>+<alt>+a"\n[hotkeys]\nask = "<ctrl>+<alt>+a"', "all be different"),
+    ],
+)
+def test_a_bad_takeover_hotkey_is_one_notice_and_the_default_stays(path, text, said):
+    loaded = load_text(path, text + "\n")
+    assert loaded.settings.hotkeys.takeover == "<ctrl>+<alt>+t"
+    assert len(loaded.notices) == 1 and "takeover_hotkey" in loaded.notices[0] and said in loaded.notices[0]
+    with pytest.raises(ConfigError, match="takeover_hotkey must all be different"):
+        Settings(hotkeys=Hotkeys(takeover="<ctrl>+<alt>+q")).validated()

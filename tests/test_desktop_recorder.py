@@ -253,3 +253,66 @@ def test_what_the_person_did_is_one_observation_for_desktop_and_browser_steps():
     assert describe_person_steps([]) == "The person did nothing the run could record."
     many = describe_person_steps([steps[0]] * 33)
     assert many.endswith("; and 3 more steps.")
+
+
+def _stamped_events(recorder: DesktopRecorder, events) -> list[dict]:
+    """Feed events straight to the recorder's worker (no listeners, no display) and stop it."""
+    recorder._start_worker()
+    for event in events:
+        recorder._events.put(event)
+    return recorder.stop()
+
+
+def test_events_heard_on_two_threads_are_written_in_the_order_they_were_heard(tmp_path):
+    from qvl_agent.act.desktop_recorder import _Event
+    from qvl_agent.image import Screenshot
+
+    trace = TraceWriter(tmp_path / "run")
+    trace.start(task="the person's turn", executor="desktop")
+    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
+    recorder = DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+    now = time.monotonic()
+    # The keyboard's thread got its events onto the queue before the pointer's, though they came later.
+    written = _stamped_events(
+        recorder,
+        [
+            _Event("key", now + 0.010, char="h"),
+            _Event("key", now + 0.011, char="i"),
+            _Event("key", now + 0.012, name="enter"),
+            _Event("press", now, x=50, y=40, button="left"),
+            _Event("release", now + 0.002, x=50, y=40, button="left"),
+        ],
+    )
+    trace.close()
+    assert [r["actions"][0]["action"] for r in written] == ["left_click", "type", "key"]
+    assert written[1]["actions"][0]["text"] == "hi" and [r["step"] for r in written] == [1, 2, 3]
+    assert [s["actions"] for s in read_trace(tmp_path / "run").steps] == [r["actions"] for r in written]
+
+
+def test_presses_on_the_banner_are_no_steps_but_end_a_typing_run(tmp_path):
+    from qvl_agent.act.desktop_recorder import _Event
+    from qvl_agent.image import Screenshot
+
+    trace = TraceWriter(tmp_path / "run")
+    trace.start(task="the person's turn", executor="desktop")
+    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
+    recorder = DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+    recorder.keep_out([Region(100, 0, 100, 30)])
+    now = time.monotonic()
+    written = _stamped_events(
+        recorder,
+        [
+            _Event("key", now, char="a"),
+            _Event("press", now + 0.01, x=150, y=10, button="left"),  # the banner's checkbox
+            _Event("release", now + 0.02, x=150, y=10, button="left"),
+            _Event("private", now + 0.03, on=True),
+            *[_Event("key", now + 0.04 + i / 1000, char=c) for i, c in enumerate("s3cr3t")],
+            _Event("scroll", now + 0.05, x=120, y=20, dy=-1),
+        ],
+    )
+    trace.close()
+    assert [r["actions"][0] for r in written] == [
+        {"action": "type", "text": "a"},
+        {"action": "type", "text": "{{PASSWORD}}"},
+    ]
+    assert recorder.secrets.values == {"PASSWORD": "s3cr3t"}

@@ -253,3 +253,27 @@ def test_a_settings_file_that_is_not_toml_is_never_overwritten(qtbot, path):
     dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
     assert "is not valid TOML" in dialog.error.text() and "nothing was written" in dialog.error.text()
     assert path.read_text() == "max_pixels = [oops\n" and saved == []
+
+
+def test_the_take_over_hotkey_is_edited_and_saved_as_takeover_hotkey(qtbot, path):
+    import tomllib
+
+    path.parent.mkdir(parents=True)
+    path.write_text('[hotkeys]\nask = "<ctrl>+<shift>+a"\ntakeover = "<ctrl>+<alt>+y"\n')  # an earlier spelling
+    current = config.load(path, env={}).settings
+    dialog = open_dialog(qtbot, current, path)
+    assert dialog.hotkey_takeover.hotkey() == "<ctrl>+<alt>+y"
+    press(qtbot, dialog.hotkey_takeover, Qt.Key.Key_T, CTRL | SHIFT)
+    with qtbot.waitSignal(dialog.saved) as saved:
+        dialog.buttons.button(dialog.buttons.StandardButton.Save).click()
+    assert tomllib.loads(path.read_text()) == {
+        "takeover_hotkey": "<ctrl>+<shift>+t",
+        "hotkeys": {"ask": "<ctrl>+<shift>+a"},
+    }
+    assert saved.args[0].hotkeys.takeover == "<ctrl>+<shift>+t"
+    assert config.load(path, env={}).settings.hotkeys.takeover == "<ctrl>+<shift>+t"
+
+    again = open_dialog(qtbot, config.load(path, env={}).settings, path)
+    press(qtbot, again.hotkey_takeover, Qt.Key.Key_A, CTRL | SHIFT)  # the ask hotkey's
+    again.buttons.button(again.buttons.StandardButton.Save).click()
+    assert "takeover_hotkey must all be different" in again.error.text() and again.isVisible()

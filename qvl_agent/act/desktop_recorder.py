@@ -1,9 +1,11 @@
 """Recording what the person does on the desktop while they hold a run (take over, then hand back).
 
 pynput's mouse and keyboard listeners hear every press on the X display (also xdotool's); each callback only
-puts a small event on a queue, and one worker thread turns the events into steps, in the order they came,
-grabbing the screen and writing the trace. A step has exactly the shape the agent writes for its own desktop
-steps, with `"by": "person"`:
+stamps a small event with the time it was heard and puts it on a queue, and one worker thread turns the events
+into steps, grabbing the screen and writing the trace. The two listeners are two threads, so a click and the
+key pressed right after it can reach the queue the other way round: the worker holds each event for
+`REORDER_S` and takes them in the order of their stamps. A step has exactly the shape the agent writes for its
+own desktop steps, with `"by": "person"`:
 
   - a mouse press is a click (`left_click`, `right_click`, `middle_click`) at the 0-1000 point of the pixel
     on the monitor under the pointer (the grab `run` makes); a second left press within `DOUBLE_S` and
@@ -17,7 +19,8 @@ steps, with `"by": "person"`:
 
 The screen is grabbed when a step starts (the click's press, a typing run's first key) and its picture written
 with the step. A step is written when the next one starts, when a click's double-click time has passed, or at
-`stop()`. The hotkeys of the project (stop, ask, region, take over) are not steps.
+`stop()`. The hotkeys of the project (stop, ask, region, take over) are not steps, nor are presses inside the
+areas given to `keep_out` (the pause's own banner).
 
 Private typing: while `mark_private(True)` (and for a typing run that starts while the focused widget is a
 password field, where AT-SPI says so), the characters are kept in memory only: they become a secret
@@ -31,19 +34,21 @@ pynput is imported in `start()`: importing it without a display raises.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from qvl_agent import actions as A
 from qvl_agent import capture
 from qvl_agent.act.keys import from_pynput, hotkey_chord
-from qvl_agent.config import Hotkeys, hotkey_keys
+from qvl_agent.config import Hotkeys, every_hotkey, hotkey_keys
 from qvl_agent.errors import CaptureError
-from qvl_agent.image import GRID, Screenshot, to_model
+from qvl_agent.image import GRID, Region, Screenshot, to_model
 from qvl_agent.secrets import Secrets, placeholder
 from qvl_agent.trace import TraceWriter
 
@@ -52,6 +57,7 @@ DOUBLE_PX = 4
 DRAG_PX = 8  # a left press released farther than this from where it went down is a drag
 SCROLL_GAP_S = 0.6  # wheel clicks closer than this in time, at the same place, are one scroll
 POLL_S = 0.05  # how often the worker looks whether a waiting click is done
+REORDER_S = 0.05  # an event waits this long for one heard earlier on the other listener's thread
 READY_TIMEOUT_S = 5.0
 TAKEOVER_HOTKEY = "<ctrl>+<alt>+t"  # the take-over hotkey's default (issue 31), when none is given
 
@@ -96,8 +102,7 @@ class _Step:
 
 def default_hotkeys() -> list[str]:
     """The project's hotkeys at their defaults, and the take-over hotkey's."""
-    defaults = Hotkeys()
-    return [getattr(defaults, f.name) for f in fields(Hotkeys)] + [TAKEOVER_HOTKEY]
+    return [*every_hotkey(Hotkeys()), TAKEOVER_HOTKEY]
 
 
 def atspi_password_focused() -> bool:
@@ -151,6 +156,7 @@ class DesktopRecorder:
         self._held: set[str] = set()
         self._private = False
         self._pointer = (0, 0)
+        self._kept_out: tuple[Region, ...] = ()
         self._monitors = []
         self._listeners: list = []
         self._listening = False  # callbacks that come after `stop()` (from threads still winding down) are dropped
@@ -173,8 +179,7 @@ class DesktopRecorder:
             self._monitors = capture.list_monitors()
         except CaptureError:
             self._monitors = []  # the grab says why, step by step
-        self._worker = threading.Thread(target=self._work, name="desktop-recorder", daemon=True)
-        self._worker.start()
+        self._start_worker()
         named = {k: from_pynput(k.name) for k in keyboard.Key}
         self._listening = True
 
@@ -209,6 +214,14 @@ class DesktopRecorder:
         """While on, typed text is kept out of the trace (a secret's placeholder stands there instead)."""
         self._events.put(_Event("private", time.monotonic(), on=bool(on)))
 
+    def keep_out(self, areas: Iterable[Region]) -> None:
+        """Presses and wheel clicks inside these desktop areas (the pause's banner) are no steps."""
+        self._kept_out = tuple(areas)
+
+    def _start_worker(self) -> None:
+        self._worker = threading.Thread(target=self._work, name="desktop-recorder", daemon=True)
+        self._worker.start()
+
     def stop(self) -> list[dict]:
         """Stop listening, write the step being recorded, and return the step records written (as written)."""
         self._listening = False
@@ -224,16 +237,29 @@ class DesktopRecorder:
     # --- the worker ---------------------------------------------------------------------------------------
 
     def _work(self) -> None:
+        held: list[tuple[float, int, _Event]] = []  # heard, not yet taken: (stamp, arrival, event), a heap
+        arrival = itertools.count()
         while True:
+            wait = POLL_S if not held else min(POLL_S, max(0.0, held[0][0] + REORDER_S - time.monotonic()))
             try:
-                event = self._events.get(timeout=POLL_S)
+                event = self._events.get(timeout=wait)
             except queue.Empty:
-                self._guarded(self._idle)
-                continue
-            if event.kind == "stop":
+                event = None
+            if event is not None and event.kind == "stop":
+                while held:
+                    self._take(heapq.heappop(held)[2])
                 self._guarded(self._finish)
                 return
-            self._guarded(lambda event=event: self._handle(event))
+            if event is not None:
+                heapq.heappush(held, (event.t, next(arrival), event))
+            ripe = time.monotonic() - REORDER_S
+            while held and held[0][0] <= ripe:
+                self._take(heapq.heappop(held)[2])
+            if not held and event is None:
+                self._guarded(self._idle)
+
+    def _take(self, event: _Event) -> None:
+        self._guarded(lambda: self._handle(event))
 
     def _guarded(self, work: Callable[[], None]) -> None:
         """An event that cannot be recorded is said once at the end; the recording goes on."""
@@ -269,10 +295,18 @@ class DesktopRecorder:
             self._finish()
         self._private = event.on
 
+    def _kept(self, event: _Event) -> bool:
+        """A press on the banner: no step, but it ends a typing run (what follows may be marked private)."""
+        if not any(area.contains(event.x, event.y) for area in self._kept_out):
+            return False
+        if self._pending is not None and self._pending.kind == "type":
+            self._finish()
+        return True
+
     def _press(self, event: _Event) -> None:
         kind = BUTTONS.get(event.button)
-        if kind is None:
-            return  # side buttons: no action of the model's format presses them
+        if kind is None or self._kept(event):
+            return  # side buttons (no action of the model's format presses them), or the banner
         step = self._pending
         if (
             kind == "left_click"
@@ -300,7 +334,7 @@ class DesktopRecorder:
 
     def _scroll(self, event: _Event) -> None:
         kind, amount = ("scroll", event.dy) if event.dy else ("hscroll", event.dx)
-        if not amount:
+        if not amount or self._kept(event):
             return
         step = self._pending
         if (

@@ -44,12 +44,12 @@ from qvl_agent.cli import (
     start_takeover,
     task_and_steps,
 )
-from qvl_agent.config import Settings, hotkey_label
+from qvl_agent.config import Settings, every_hotkey, hotkey_label
 from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import ActionError, QvlError, UsageError
 from qvl_agent.image import Region, Screenshot
 from qvl_agent.planner import check_agent_model, open_agent_engine
-from qvl_agent.takeover import desktop_person
+from qvl_agent.takeover import desktop_person, masks_what_the_person_typed
 from qvl_agent.trace import TraceWriter, default_trace_dir
 from qvl_agent.ui.terminal_marker import TerminalMarker
 
@@ -193,7 +193,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         else:
             print(f"qvl-agent: press {hotkey_label(hotkey)} to stop at any moment.", file=sys.stderr, flush=True)
         trace = TraceWriter(trace_dir)
-        takeover = start_takeover(settings, guard.switch, desktop_person(trace, secrets), where="the desktop")
+        # The person's own hotkeys are no steps of theirs.
+        person = desktop_person(trace, secrets, every_hotkey(settings.hotkeys))
+        takeover = start_takeover(settings, guard.switch, person, where="the desktop")
         with engine:
             agent = Agent(
                 engine,
@@ -206,7 +208,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 secrets=secrets,
                 takeover=takeover,
             )
+            masks_what_the_person_typed(takeover, agent)
             result = agent.run(task)
+            for note in getattr(person, "problems", []):
+                print(f"qvl-agent: note: {note}", file=sys.stderr, flush=True)
     except (QvlError, KeyboardInterrupt) as exc:
         if trace is not None:  # the folder exists: it says how the run ended
             end_run_early(trace, exc, task=task, engine=settings.engine, executor=executor.name, mode=mode)

@@ -170,7 +170,8 @@ class Automation(QObject):
         mode = settings.safety_mode
         guard = Guard.for_settings(settings, mode, confine=shot.region if shot is not None else None)
         executor = self.executor_factory(shot, guard, mode)
-        from qvl_agent.takeover import TakeOver, desktop_person
+        from qvl_agent.config import every_hotkey
+        from qvl_agent.takeover import TakeOver, desktop_person, masks_what_the_person_typed
 
         takeover = self.takeover = TakeOver(guard.switch, where="the desktop")
         # From the engine thread: queued to the GUI thread, where the tray's menu and bubble say it.
@@ -186,6 +187,7 @@ class Automation(QObject):
 
         max_new_tokens = settings.max_new_tokens
         trace_root = self.trace_root
+        hotkeys = every_hotkey(settings.hotkeys)
 
         def job(engine):
             from qvl_agent.agent import Agent
@@ -196,12 +198,13 @@ class Automation(QObject):
             if trace_root is not None:
                 trace_dir = trace_root / trace_dir.name
             trace = TraceWriter(trace_dir)
-            takeover.person = desktop_person(trace, None)
+            takeover.person = desktop_person(trace, None, hotkeys)
             try:
                 agent = Agent(
                     engine, executor, guard, trace, confirm=confirm, on_event=on_event,
                     options=GenerationOptions(max_new_tokens=max_new_tokens), takeover=takeover,
                 )  # fmt: skip
+                masks_what_the_person_typed(takeover, agent)
                 result = agent.run(task)
             finally:
                 executor.close()

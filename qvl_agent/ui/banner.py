@@ -3,9 +3,16 @@
 A small always-on-top window outside the page (the page's own DOM cannot see, hide or press it), shown
 while the person has taken a run over (`takeover.py`). It runs as a child process with a Qt event loop of
 its own (`python -m qvl_agent.ui.banner TEXT`), because the command's main thread is busy with the run
-(Playwright's sync API and the step loop); the child prints `hand back` on its stdout when the button is
-pressed, and is ended when the run goes on. Without a display or Qt the child just exits: the terminal
-line and the hotkey still work.
+(Playwright's sync API and the step loop); the child prints one line on its stdout for each thing the
+person does with it, and is ended when the run goes on:
+
+  - `hand back` when the button is pressed;
+  - `private on` / `private off` when the "Keep what I type private" box is ticked or cleared (shown with
+    `--private`, for desktop pauses: a browser's password fields are found without it);
+  - `window X Y W H`, the banner's place on the desktop in pixels, once it is shown and whenever it moves:
+    the person's presses there are no steps of theirs.
+
+Without a display or Qt the child just exits: the terminal line and the hotkey still work.
 
 `PauseNotice` is the command's side: `show(state, reason)` for `TakeOver`, a terminal line each time and
 the banner while paused.
@@ -19,17 +26,32 @@ import threading
 from collections.abc import Callable
 
 from qvl_agent.actions import printable
+from qvl_agent.image import Region
 
 HAND_BACK = "hand back"
+PRIVATE = "private"  # "private on", "private off"
+WINDOW = "window"  # "window X Y W H"
+PRIVATE_FLAG = "--private"
 
 
 class PauseNotice:
     """Tells the person that a run is paused or going on again: a line on the terminal and, with
     `banner`, the banner window whose button calls `on_hand_back`."""
 
-    def __init__(self, hotkey: str, on_hand_back: Callable[[], None], *, banner: bool = True, stream=None):
+    def __init__(
+        self,
+        hotkey: str,
+        on_hand_back: Callable[[], None],
+        *,
+        banner: bool = True,
+        stream=None,
+        on_private: Callable[[bool], None] | None = None,
+        on_window: Callable[[Region], None] | None = None,
+    ):
         self.hotkey = hotkey
         self.on_hand_back = on_hand_back
+        self.on_private = on_private  # with it, the banner has the "Keep what I type private" box
+        self.on_window = on_window
         self.banner = banner
         self.stream = stream
         self._child: subprocess.Popen | None = None
@@ -39,8 +61,9 @@ class PauseNotice:
         if state == "paused":
             why = f" ({printable(reason)})" if reason else ""
             keys = f"press {self.hotkey} or " if self.hotkey else ""
-            print(f"qvl-agent: paused{why}: you have control; {keys}use the banner's Hand back button to hand "
-                  "the run back.", file=out, flush=True)  # fmt: skip
+            private = " (tick its box to keep what you type private)" if self.on_private and self.banner else ""
+            print(f"qvl-agent: paused{why}: you have control; {keys}use the banner's Hand back button{private} "
+                  "to hand the run back.", file=out, flush=True)  # fmt: skip
             if self.banner:
                 self._open(reason)
         else:
@@ -51,7 +74,8 @@ class PauseNotice:
         self.close()
         try:
             child = subprocess.Popen(
-                [sys.executable, "-m", "qvl_agent.ui.banner", printable(reason)[:300]],
+                [sys.executable, "-m", "qvl_agent.ui.banner", printable(reason)[:300]]
+                + ([PRIVATE_FLAG] if self.on_private is not None else []),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,
@@ -64,8 +88,23 @@ class PauseNotice:
 
     def _read(self, child: subprocess.Popen) -> None:
         for line in child.stdout:
-            if line.strip() == HAND_BACK and child is self._child:
-                self.on_hand_back()
+            if child is not self._child:
+                continue
+            try:
+                self._said(line.split())
+            except Exception:  # the banner is a help: a line it got wrong must not end the run
+                pass
+
+    def _said(self, words: list[str]) -> None:
+        if " ".join(words) == HAND_BACK:
+            self.on_hand_back()
+        elif words[:1] == [PRIVATE] and len(words) == 2 and self.on_private is not None:
+            on = words[1] == "on"
+            self.on_private(on)
+            said = "what you type is kept private" if on else "what you type is recorded again"
+            print(f"qvl-agent: {said}.", file=self.stream or sys.stderr, flush=True)
+        elif words[:1] == [WINDOW] and len(words) == 5 and self.on_window is not None:
+            self.on_window(Region(*(int(w) for w in words[1:])))
 
     def close(self) -> None:
         child, self._child = self._child, None
@@ -83,9 +122,11 @@ def banner_text(reason: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QPushButton, QWidget
+    from PySide6.QtCore import QObject, Qt
+    from PySide6.QtWidgets import QApplication, QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+    private = PRIVATE_FLAG in argv
+    argv = [a for a in argv if a != PRIVATE_FLAG]
     app = QApplication([sys.argv[0]])
     window = QWidget()
     window.setWindowTitle("qvl-agent: paused")
@@ -103,14 +144,38 @@ def main(argv: list[str]) -> int:
         button.setEnabled(False)
 
     button.clicked.connect(hand_back)
-    layout = QHBoxLayout(window)
-    layout.addWidget(label, 1)
-    layout.addWidget(button)
+    layout = QVBoxLayout(window)  # the words above; the box at the left and the button at the right below
+    layout.addWidget(label)
+    row = QHBoxLayout()
+    if private:
+        box = QCheckBox("Keep what I type private")
+        box.toggled.connect(lambda on: print(f"{PRIVATE} {'on' if on else 'off'}", flush=True))
+        row.addWidget(box)
+    row.addStretch(1)
+    row.addWidget(button)
+    layout.addLayout(row)
     window.setMinimumWidth(420)
     window.setStyleSheet("background: #fff4c2; color: #222;")
     screen = app.primaryScreen().availableGeometry()
     window.adjustSize()
     window.move(screen.x() + (screen.width() - window.width()) // 2, screen.y() + 8)
+
+    class Place(QObject):
+        """Says where the banner is whenever the window manager shows or moves it."""
+
+        said = None
+
+        def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+            if event.type() in (event.Type.Show, event.Type.Move, event.Type.Resize):
+                frame, ratio = window.frameGeometry(), window.devicePixelRatio()  # Qt's pixels → the desktop's
+                place = tuple(round(v * ratio) for v in (frame.x(), frame.y(), frame.width(), frame.height()))
+                if place != self.said:
+                    self.said = place
+                    print(WINDOW, *place, flush=True)
+            return False
+
+    place = Place(window)
+    window.installEventFilter(place)
     window.show()
     return app.exec()
 

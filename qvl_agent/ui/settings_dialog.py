@@ -47,7 +47,7 @@ def check_engine(spec: str) -> str:
 
 
 def write_changes(path: Path, changes: dict) -> None:
-    """Write `changes` (Settings field -> value; hotkeys as a dict of the changed ones) into the TOML file
+    """Write `changes` (the file's keys -> value; hotkeys as a dict of the changed ones) into the TOML file
     at `path`, atomically, leaving every other key as it is. ConfigError when the file cannot be read
     (it is then left untouched) or written."""
     data, problems = config._read(path)
@@ -57,6 +57,11 @@ def write_changes(path: Path, changes: dict) -> None:
         if name == "hotkeys":
             table = data.get("hotkeys") if isinstance(data.get("hotkeys"), dict) else {}
             data["hotkeys"] = {**table, **value}
+        elif name == config.TAKEOVER_HOTKEY:
+            data[name] = value
+            table = data.get("hotkeys")
+            if isinstance(table, dict) and "takeover" in table:  # an earlier build's spelling: one name only
+                data["hotkeys"] = {k: v for k, v in table.items() if k != "takeover"}
         else:
             data[name] = value
     config.write_settings_text(path, tomli_w.dumps(data))  # atomic and owner-only, as every settings save
@@ -102,6 +107,9 @@ class SettingsDialog(QDialog):
         self.hotkey_region = HotkeyEdit(current.hotkeys.region)
         self.hotkey_stop = HotkeyEdit(current.hotkeys.stop)
         self.hotkey_takeover = HotkeyEdit(current.hotkeys.takeover)
+        self.hotkey_takeover.setToolTip(
+            "takeover_hotkey: pauses a running task for you to act; pressed again, hands it back."
+        )
         self.safety_mode = QComboBox()
         self.safety_mode.addItems(SAFETY_MODES)
         self.safety_mode.setCurrentText(current.safety_mode)
@@ -161,6 +169,8 @@ class SettingsDialog(QDialog):
         changed = {k: v for k, v in edits.items() if k != "hotkeys" and v != getattr(self.current, k)}
         old, new = dataclasses.asdict(self.current.hotkeys), dataclasses.asdict(edits["hotkeys"])
         hotkeys = {k: v for k, v in new.items() if v != old[k]}
+        if "takeover" in hotkeys:  # a top-level key in the file
+            changed[config.TAKEOVER_HOTKEY] = hotkeys.pop("takeover")
         return {**changed, "hotkeys": hotkeys} if hotkeys else changed
 
     @Slot()
