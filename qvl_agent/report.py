@@ -185,6 +185,13 @@ def _dialogs_html(step: dict) -> str:
     return '<h3>Dialogs</h3><ul class="dialogs">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
 
 
+def _by(step: dict, trace: Trace) -> str:
+    """Whose step it was, where a person took part in the run (a run of the agent alone needs no label)."""
+    if not any(s.get("by") == "person" for s in trace.steps):
+        return ""
+    return f' <span class="by">{"by the person" if step.get("by") == "person" else "by the agent"}</span>'
+
+
 def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     """(the step's section, its timeline thumbnail)."""
     n = _e(step.get("step", "?"))
@@ -222,7 +229,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     error += _heal_html(step) + _dialogs_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
-        f'<h2>{title} <span class="by">{"by the person" if step.get("by") == "person" else "by the agent"}</span>'
+        f'<h2>{title}{_by(step, trace)}'
         f'<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
         f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(step.get("reply", ""))}</pre>'
         f'<h3>Parsed actions</h3><ul class="actions">{actions or "<li>none</li>"}</ul>'

@@ -158,7 +158,8 @@ def main(argv: list[str]) -> int:
     window.setStyleSheet("background: #fff4c2; color: #222;")
     screen = app.primaryScreen().availableGeometry()
     window.adjustSize()
-    window.move(screen.x() + (screen.width() - window.width()) // 2, screen.y() + 8)
+    # The lower right corner, where notices sit: clear of a browser's address bar and of the top of pages.
+    window.move(screen.right() - window.width() - 8, screen.bottom() - window.height() - 8)
 
     class Place(QObject):
         """Says where the banner is whenever the window manager shows or moves it."""
