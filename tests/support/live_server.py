@@ -149,7 +149,9 @@ def start_serve(
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent.parent
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir), **(env or {}))
+    # The checkout first; packages carried onto a machine (a PYTHONPATH already set) stay importable.
+    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(config_dir), **(env or {}))
     env.pop("QVL_API_TOKEN", None)
     if token:
         env["QVL_API_TOKEN"] = token
