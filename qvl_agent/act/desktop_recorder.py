@@ -57,7 +57,7 @@ DOUBLE_PX = 4
 DRAG_PX = 8  # a left press released farther than this from where it went down is a drag
 SCROLL_GAP_S = 0.6  # wheel clicks closer than this in time, at the same place, are one scroll
 POLL_S = 0.05  # how often the worker looks whether a waiting click is done
-REORDER_S = 0.05  # an event waits this long for one heard earlier on the other listener's thread
+REORDER_S = 0.25  # an event waits this long for one heard earlier on the other listener's thread (a busy machine)
 READY_TIMEOUT_S = 5.0
 TAKEOVER_HOTKEY = "<ctrl>+<alt>+t"  # the take-over hotkey's default (issue 31), when none is given
 
