@@ -110,11 +110,12 @@ class TakeOver:
         if mark is not None:
             mark(on)
 
-    def keep_out(self, area) -> None:
-        """The banner's place on the desktop (an `image.Region`): the person's presses there are no steps."""
+    def keep_out(self, area, what: str = "banner") -> None:
+        """A place of ours on the desktop (an `image.Region`) where the person's presses are no steps: the
+        banner, the tray's icon, its menu; `what` names it, and a place told again under its name moves."""
         keep = getattr(self.person, "keep_out", None)
         if keep is not None:
-            keep(area)
+            keep(area, what)
 
     def toggle(self) -> None:
         """The take-over hotkey: take over, or hand back when the run is paused."""
@@ -143,13 +144,15 @@ class TakeOver:
             self._paused, reason = True, self._reason
             self._back.clear()
         self.pauses += 1
-        self._show(PAUSED, reason)
         records: list[dict] = []
-        started = False
+        started = shown = False
         try:
             if self.person is not None:
                 self.person.start(next_step)
                 started = True
+            # Told only once the person is recorded: what they do as soon as they read it is a step too.
+            self._show(PAUSED, reason)
+            shown = True
             while not self._back.is_set():
                 self.switch.check()
                 if self.person is not None:
@@ -165,7 +168,8 @@ class TakeOver:
             with self._lock:
                 self._paused, self._reason = False, ""
                 self._wanted.clear()
-            self._show(RESUMED, "")
+            if shown:
+                self._show(RESUMED, "")
         where = self.where if self.person is None else ""
         url_now = str(getattr(self.person, "url", "") or "")
         return records, what_the_person_did(records, reason, where, url_now)
@@ -233,15 +237,15 @@ class DesktopPerson:
         self._recorder = None
         self._lock = threading.Lock()
         self._private = False
-        self._kept_out = None  # the banner's place, which may be told before the recorder starts
+        self._kept_out: dict[str, object] = {}  # our places by name, which may be told before the recorder starts
 
     def start(self, first_step: int) -> None:
         from qvl_agent.act.desktop_recorder import DesktopRecorder
 
         recorder = DesktopRecorder(self.trace, self.secrets, first_step=first_step, hotkeys=self.hotkeys)
         with self._lock:
-            if self._kept_out is not None:
-                recorder.keep_out([self._kept_out])
+            if self._kept_out:
+                recorder.keep_out(self._kept_out.values())
             if self._private:
                 recorder.mark_private(True)
             self._recorder = recorder
@@ -253,11 +257,11 @@ class DesktopPerson:
             if self._recorder is not None:
                 self._recorder.mark_private(on)
 
-    def keep_out(self, area) -> None:
+    def keep_out(self, area, what: str = "banner") -> None:
         with self._lock:
-            self._kept_out = area
+            self._kept_out[what] = area
             if self._recorder is not None:
-                self._recorder.keep_out([area])
+                self._recorder.keep_out(self._kept_out.values())
 
     def pump(self, seconds: float) -> None:
         time.sleep(seconds)  # the recorder listens on threads of its own
@@ -265,7 +269,7 @@ class DesktopPerson:
     def stop(self) -> list[dict]:
         with self._lock:
             recorder, self._recorder = self._recorder, None
-            self._private, self._kept_out = False, None  # the next pause has a banner of its own, unticked
+            self._private, self._kept_out = False, {}  # the next pause has a banner of its own, unticked
         if recorder is None:
             return []
         written = recorder.stop()

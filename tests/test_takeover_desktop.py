@@ -39,7 +39,7 @@ class MarkedPerson:
     def mark_private(self, on: bool) -> None:
         self.marks.append(on)
 
-    def keep_out(self, area: Region) -> None:
+    def keep_out(self, area: Region, what: str = "banner") -> None:
         self.areas.append(area)
 
 
@@ -65,8 +65,11 @@ def test_the_desktop_person_keeps_marks_told_before_its_recorder_starts_and_forg
     assert person.secrets == Secrets() and person.hotkeys == ("<ctrl>+<alt>+y",)
     person.mark_private(True)
     person.keep_out(Region(0, 0, 10, 10))
-    assert (person._private, person._kept_out) == (True, Region(0, 0, 10, 10))
-    assert person.stop() == [] and (person._private, person._kept_out) == (False, None)
+    person.keep_out(Region(0, 1050, 30, 30), "tray")
+    person.keep_out(Region(5, 5, 10, 10))  # the banner moved
+    places = {"banner": Region(5, 5, 10, 10), "tray": Region(0, 1050, 30, 30)}
+    assert (person._private, person._kept_out) == (True, places)
+    assert person.stop() == [] and (person._private, person._kept_out) == (False, {})
 
 
 def test_on_hand_back_the_agent_masks_what_the_person_typed_privately():

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, QUrl, Slot
+from PySide6.QtCore import QEvent, QObject, QRect, QTimer, QUrl, Slot
 from PySide6.QtGui import QAction, QCursor, QDesktopServices
 from PySide6.QtWidgets import QApplication, QInputDialog, QMenu, QSystemTrayIcon, QWidget
 from shiboken6 import isValid
@@ -27,7 +27,7 @@ from qvl_agent.config import Settings, hotkey_label
 from qvl_agent.engine import GenerationOptions, open_engine
 from qvl_agent.errors import CaptureError
 from qvl_agent.grounding import Zoom
-from qvl_agent.image import Screenshot
+from qvl_agent.image import Region, Screenshot
 from qvl_agent.ui import hotkeys as hk
 from qvl_agent.ui.ask_window import AskWindow
 from qvl_agent.ui.automation import Automation
@@ -46,6 +46,11 @@ MENU_SETTLE_MS = 150  # a menu or window we just hid must be gone from the scree
 def _transient(widget: QWidget) -> bool:
     """A window of ours that only comes and goes: the tray's notification bubble, a menu, a tooltip."""
     return isinstance(widget, QMenu) or widget.metaObject().className() in ("QBalloonTip", "QTipLabel")
+
+
+def desktop_place(rect: QRect, ratio: float) -> Region:
+    """A rectangle in Qt's pixels as the desktop's pixels, where the person's recorder hears presses."""
+    return Region(*(round(v * ratio) for v in (rect.x(), rect.y(), rect.width(), rect.height())))
 
 
 class TrayApp(QObject):
@@ -125,6 +130,7 @@ class TrayApp(QObject):
             for a in self.actions:
                 self.menu.addAction(a)
             self.tray.setContextMenu(self.menu)
+            self.menu.installEventFilter(self)  # where it shows, for a run the person holds
             self.tray.activated.connect(self._tray_activated)
             self.tray.show()
         else:
@@ -335,8 +341,25 @@ class TrayApp(QObject):
             f"Working on “{task}”: press {hotkey_label(self.settings.hotkeys.stop)} to stop, {takeover} to take over."
         )
 
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt's name)
+        if watched is getattr(self, "menu", None) and event.type() in (QEvent.Type.Show, QEvent.Type.Move):
+            # The place it last showed at stays out until hand back: the press that chose Hand back is
+            # handled by the recorder after the menu has already closed.
+            self.automation.keep_out(desktop_place(self.menu.geometry(), self.menu.devicePixelRatio()), "menu")
+        return False
+
+    def _keep_ours_out(self) -> None:
+        """The tray's icon (or the launcher) is ours: the person's presses there while they hold the task
+        (opening the menu to choose Hand back) are no steps of theirs. The menu says so each time it shows."""
+        if self.tray is not None:
+            self.automation.keep_out(desktop_place(self.tray.geometry(), self.menu.devicePixelRatio()), "tray")
+        if self.launcher is not None:
+            where = desktop_place(self.launcher.frameGeometry(), self.launcher.devicePixelRatio())
+            self.automation.keep_out(where, "tray")
+
     @Slot(str)
     def _paused(self, reason: str) -> None:
+        self._keep_ours_out()
         self.takeover_action.setText("Hand back")
         keys = hotkey_label(self.settings.hotkeys.takeover)
         said = banner_text(printable(reason))

@@ -220,6 +220,13 @@ class Automation(QObject):
         if self.takeover is not None and self.running:
             self.takeover.toggle()
 
+    def keep_out(self, area, what: str) -> None:
+        """A place of the tray's on the desktop (an `image.Region`): while the person holds the running task,
+        their presses there (the menu's Hand back) are no steps of theirs."""
+        takeover = self.takeover
+        if takeover is not None:
+            takeover.keep_out(area, what)
+
     @Slot()
     def stop(self) -> None:
         if self.guard is not None:
