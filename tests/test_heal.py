@@ -171,8 +171,10 @@ def replay(*args: str, tmp_path):
     return run_cli("replay", *args, env=env, timeout=300)
 
 
-def healing(tmp_path, engine: str, script):
-    return replay("--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), str(script), tmp_path=tmp_path)
+def healing(tmp_path, engine: str, script, *args: str):
+    return replay(
+        "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), *args, str(script), tmp_path=tmp_path
+    )
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.page for c in CASES])
@@ -184,12 +186,12 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     server.site = "b"
 
     server.clear()
-    plain = replay_script(script, "--timeout", "3")
+    plain = replay_script(script, "--timeout", "2")  # a failing step waits this long
     assert plain.returncode == 1, plain.stdout + plain.stderr
     assert server.records(case.page) != [case.expected]
 
     server.clear()
-    sandboxed = replay(str(script), "--step-timeout", "3", "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
+    sandboxed = replay(str(script), "--step-timeout", "2", "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
     assert sandboxed.returncode == 1, sandboxed.stdout + sandboxed.stderr
     assert "30000ms" not in sandboxed.stderr + sandboxed.stdout  # a step waits --step-timeout, not the script's 30 s
     assert server.records(case.page) != [case.expected]
@@ -198,7 +200,7 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     engine, httpd = start(oracle)
     try:
         server.clear()
-        healed = healing(tmp_path, engine, script)
+        healed = healing(tmp_path, engine, script, "--step-timeout", "2")  # a broken step is probed as long
     finally:
         httpd.shutdown()
     assert healed.returncode == 0, healed.stdout + healed.stderr
