@@ -174,7 +174,7 @@ def test_a_recorded_dialog_replays_in_the_sandbox_and_through_a_healed_step(tmp_
     grounding.write_text(json.dumps([click_at(at["#delete"])]))  # the same place, the new name
     server.clear()
     healed = run_cli("replay", "--heal", "--engine", f"replay:{grounding}", "--trace-dir", str(tmp_path / "heals"),
-                     str(tmp_path / "out.py"), env=env, timeout=300)  # fmt: skip
+                     "--step-timeout", "3", str(tmp_path / "out.py"), env=env, timeout=300)  # fmt: skip
     assert healed.returncode == 0, healed.stderr
     assert server.records("confirm") == [{"deleted": True}]
     assert 'get_by_role("button", name="Remove note", exact=True)' in (tmp_path / "out.healed.py").read_text()

@@ -200,7 +200,7 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     engine, httpd = start(oracle)
     try:
         server.clear()
-        healed = healing(tmp_path, engine, script, "--step-timeout", "2")  # a broken step is probed as long
+        healed = healing(tmp_path, engine, script, "--step-timeout", "3")  # a broken step is probed as long
     finally:
         httpd.shutdown()
     assert healed.returncode == 0, healed.stdout + healed.stderr
