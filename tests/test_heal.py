@@ -171,10 +171,12 @@ def replay(*args: str, tmp_path):
     return run_cli("replay", *args, env=env, timeout=300)
 
 
-def healing(tmp_path, engine: str, script, *args: str):
+def healing(tmp_path, engine: str, script):
+    """`replay --heal` with steps that wait 3 s: a broken step is probed that long (not 5 s) before it is healed."""
     return replay(
-        "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), *args, str(script), tmp_path=tmp_path
-    )
+        "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), "--step-timeout", "3", str(script),
+        tmp_path=tmp_path,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.page for c in CASES])
@@ -200,7 +202,7 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     engine, httpd = start(oracle)
     try:
         server.clear()
-        healed = healing(tmp_path, engine, script, "--step-timeout", "3")  # a broken step is probed as long
+        healed = healing(tmp_path, engine, script)
     finally:
         httpd.shutdown()
     assert healed.returncode == 0, healed.stdout + healed.stderr
@@ -313,7 +315,10 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
 
     case = CASES[0]
     record_on_a(tmp_path, server, case)
-    script = (tmp_path / "out.py").read_text()
+    recorded = (tmp_path / "out.py").read_text()
+    # Each step waits 3 s, not the script's 30: the replay without heal fails on its broken step.
+    script = recorded.replace('"--timeout", type=float, default=30,', '"--timeout", type=float, default=3,')
+    assert script != recorded
     server.site = "b"
     at = measure_along(f"{server.url}/site/renamed.html", [("measure", "#go")])
     engine = ReplayEngine([click_at(at["#go"])])
