@@ -89,6 +89,13 @@ def pytest_configure(config):
             _WORKER_DISPLAY = None  # no Xvfb here: the display tests say so themselves (and fail under CI)
 
 
+def pytest_sessionfinish(session):
+    """The Chromium the browser tests measure pages in (tests/pages/helpers.py) stops with the session."""
+    helpers = sys.modules.get("tests.pages.helpers")
+    if helpers is not None:
+        helpers.MEASURING.close()
+
+
 def pytest_unconfigure(config):
     if _WORKER_DISPLAY is not None:
         _WORKER_DISPLAY.stop()

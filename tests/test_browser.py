@@ -220,7 +220,7 @@ def test_a_browser_closed_mid_run_ends_it_with_a_clear_error_and_a_complete_trac
     at = element_centres(url, ["#username"])
     replies = [
         click_at(at["#username"]),
-        call(action="wait", time=8),  # the test closes the browser meanwhile
+        call(action="wait", time=4),  # the test closes the browser meanwhile (a /proc scan: milliseconds)
         call(action="type", text="alice"),
         call(action="terminate", status="success"),
     ]

@@ -29,7 +29,7 @@ with sync_playwright() as p:
     page.goto("{url}/login.html")
     page.get_by_role("textbox", name="Username", exact=True).fill("grace")
     page.get_by_role("textbox", name="Password", exact=True).fill("hopper")
-    page.get_by_role("button", name="{button}", exact=True).click()
+    page.get_by_role("button", name="{button}", exact=True).click(timeout=2000)
     expect(page.get_by_role("heading", name="Welcome, grace")).to_be_visible()
     browser.close()
 ```"""

@@ -55,11 +55,11 @@ def test_a_confirm_goes_to_the_model_is_recorded_and_replays_exactly(tmp_path, s
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
 
     # The site changed under the script: another question, or one dialog more, fails it with the message.
-    changed = replay_script(tmp_path / "out.py", "--timeout", "3", "--url", url + "?variant=changed")
+    changed = replay_script(tmp_path / "out.py", "--timeout", "2", "--url", url + "?variant=changed")
     assert changed.returncode == 1
     assert "unexpected confirm dialog 'Delete EVERY note?' (it was dismissed)" in changed.stderr
     assert "Replay failed at step " in changed.stderr and '"Delete note" button' in changed.stderr  # the step, in words
-    extra = replay_script(tmp_path / "out.py", "--timeout", "3", "--url", url + "?variant=extra")
+    extra = replay_script(tmp_path / "out.py", "--timeout", "2", "--url", url + "?variant=extra")
     assert extra.returncode == 1
     assert "unexpected alert dialog 'Unexpected \"news\"!\\nSecond line'" in extra.stderr
 
@@ -174,7 +174,7 @@ def test_a_recorded_dialog_replays_in_the_sandbox_and_through_a_healed_step(tmp_
     grounding.write_text(json.dumps([click_at(at["#delete"])]))  # the same place, the new name
     server.clear()
     healed = run_cli("replay", "--heal", "--engine", f"replay:{grounding}", "--trace-dir", str(tmp_path / "heals"),
-                     str(tmp_path / "out.py"), env=env, timeout=300)  # fmt: skip
+                     "--step-timeout", "3", str(tmp_path / "out.py"), env=env, timeout=300)  # fmt: skip
     assert healed.returncode == 0, healed.stderr
     assert server.records("confirm") == [{"deleted": True}]
     assert 'get_by_role("button", name="Remove note", exact=True)' in (tmp_path / "out.healed.py").read_text()

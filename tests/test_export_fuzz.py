@@ -15,7 +15,7 @@ import pytest
 
 from qvl_agent.scripts.export.exporter import compile_run
 from qvl_agent.scripts.export.gate import PLAYWRIGHT_ATTRS, UnsafeScript, check_export
-from qvl_agent.scripts.literals import read_secrets
+from qvl_agent.scripts.literals import secrets_read_in
 from qvl_agent.secrets import PLACEHOLDER, Secrets
 
 ORIGIN = "http://127.0.0.1:8000"
@@ -159,7 +159,7 @@ def test_ten_thousand_random_values_export_scripts_that_hold_only_the_calls_the_
             elif isinstance(node, ast.Assign) and node.targets[0].id == "SECRETS":
                 # the variables the steps type from: names of declared secrets, nothing else
                 names = [value_of(item) for item in node.value.elts]
-                assert names == read_secrets(source)  # exactly those the steps read, no other name
+                assert names == secrets_read_in(tree)  # exactly those the steps read, no other name (parsed once)
             elif isinstance(node, ast.Assign) and node.targets[0].id == "START_DIALOGS":
                 assert ast.literal_eval(node.value) == []  # no dialog in these runs
             else:

@@ -172,7 +172,11 @@ def replay(*args: str, tmp_path):
 
 
 def healing(tmp_path, engine: str, script):
-    return replay("--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), str(script), tmp_path=tmp_path)
+    """`replay --heal` with steps that wait 3 s: a broken step is probed that long (not 5 s) before it is healed."""
+    return replay(
+        "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), "--step-timeout", "3", str(script),
+        tmp_path=tmp_path,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.page for c in CASES])
@@ -184,12 +188,12 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     server.site = "b"
 
     server.clear()
-    plain = replay_script(script, "--timeout", "3")
+    plain = replay_script(script, "--timeout", "2")  # a failing step waits this long
     assert plain.returncode == 1, plain.stdout + plain.stderr
     assert server.records(case.page) != [case.expected]
 
     server.clear()
-    sandboxed = replay(str(script), "--step-timeout", "3", "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
+    sandboxed = replay(str(script), "--step-timeout", "2", "-o", str(tmp_path / "plain.out"), tmp_path=tmp_path)
     assert sandboxed.returncode == 1, sandboxed.stdout + sandboxed.stderr
     assert "30000ms" not in sandboxed.stderr + sandboxed.stdout  # a step waits --step-timeout, not the script's 30 s
     assert server.records(case.page) != [case.expected]
@@ -311,7 +315,10 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
 
     case = CASES[0]
     record_on_a(tmp_path, server, case)
-    script = (tmp_path / "out.py").read_text()
+    recorded = (tmp_path / "out.py").read_text()
+    # Each step waits 3 s, not the script's 30: the replay without heal fails on its broken step.
+    script = recorded.replace('"--timeout", type=float, default=30,', '"--timeout", type=float, default=3,')
+    assert script != recorded
     server.site = "b"
     at = measure_along(f"{server.url}/site/renamed.html", [("measure", "#go")])
     engine = ReplayEngine([click_at(at["#go"])])

@@ -299,7 +299,8 @@ def test_a_recorded_task_replays_keeps_the_password_out_and_heals(x_display, tmp
     engine, httpd = start(oracle)
     try:
         server.clear()
-        healed = replay(tmp_path, "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"), str(script))
+        healed = replay(tmp_path, "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"),
+                        "--step-timeout", "3", str(script))  # fmt: skip
     finally:
         httpd.shutdown()
     assert healed.returncode == 0, healed.stdout + healed.stderr

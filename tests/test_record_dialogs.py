@@ -213,7 +213,8 @@ def test_a_form_a_row_and_its_confirm_replay_and_heal(x_display, tmp_path, serve
     try:
         server.clear()
         healed = replay(tmp_path, "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"),
-                        "-o", str(tmp_path / "healed-run"), str(tmp_path / "out.py"))  # fmt: skip
+                        "--step-timeout", "3", "-o", str(tmp_path / "healed-run"),
+                        str(tmp_path / "out.py"))  # fmt: skip
     finally:
         httpd.shutdown()
     assert healed.returncode == 0, healed.stdout + healed.stderr

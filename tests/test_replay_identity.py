@@ -81,7 +81,7 @@ def test_a_renamed_button_heals_to_a_locator_that_still_finds_the_row_by_its_tex
         server.clear()
         healed = replay(
             script, "--heal", "--engine", engine, "--trace-dir", str(tmp_path / "heals"),
-            "-o", str(tmp_path / "out"),
+            "--step-timeout", "3", "-o", str(tmp_path / "out"),  # a broken step is probed 3 s, not 5
         )  # fmt: skip
     finally:
         httpd.shutdown()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from qvl_agent import profiles
@@ -45,7 +46,8 @@ def published_map_back(zx: float, zy: float, crop: tuple[float, float, float, fl
 
 def patterned(width: int, height: int, left: int = 0, top: int = 0) -> Screenshot:
     # Every pixel differs from its neighbours, so a crop one pixel off shows in its hash.
-    data = bytes((x * 7 + y * 13 + c) % 256 for y in range(height) for x in range(width) for c in range(3))
+    y, x, c = np.ogrid[:height, :width, :3]  # byte (y, x, c) is (7x + 13y + c) mod 256
+    data = ((x * 7 + y * 13 + c) % 256).astype(np.uint8).tobytes()
     return Screenshot(data, width, height, "RGB", left=left, top=top)
 
 

@@ -58,7 +58,7 @@ def register(sub) -> None:
     p.add_argument(
         "--step-timeout", type=float, metavar="SECONDS",
         help="how long each step of a script qvl-agent exported waits for its element (passed to it as --timeout; "
-        "default: the script's own, 30)",
+        "default: the script's own, 30); with --heal, also the longest a broken step is probed (5 s at most)",
     )  # fmt: skip
     p.add_argument(
         "--heal", action="store_true",

@@ -35,6 +35,7 @@ __all__ = [
     "env_read",
     "lit",
     "read_secrets",
+    "secrets_read_in",
     "string_literal",
     "typed_code",
 ]
@@ -134,6 +135,11 @@ def read_secrets(source: str) -> list[str]:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return []
+    return secrets_read_in(tree)
+
+
+def secrets_read_in(tree: ast.AST) -> list[str]:
+    """`read_secrets` of a script already parsed."""
     return sorted(
         {
             node.slice.value

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from qvl_agent.errors import BrowserError
@@ -88,32 +89,78 @@ def kill_browser_below(pid: int) -> bool:
     return False
 
 
+class _MeasuringBrowser:
+    """One Chromium for every measurement a test process makes, each in a context of its own (no cookie,
+    storage or cache shared with another). Playwright's sync API runs one instance per thread and a test may
+    drive its own in the main thread, so this one lives on a thread of its own and is handed the work."""
+
+    def __init__(self):
+        self._pool: ThreadPoolExecutor | None = None
+        self._playwright = None
+        self._browser = None
+
+    def run(self, work):
+        """`work(browser)` on the measuring thread; returns what it returns (or raises what it raises)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="measuring-browser")
+        return self._pool.submit(self._run, work).result()
+
+    def _run(self, work):
+        if self._browser is None or not self._browser.is_connected():
+            from playwright.sync_api import sync_playwright
+
+            if self._playwright is None:
+                self._playwright = sync_playwright().start()
+            self._browser = self._playwright.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
+        return work(self._browser)
+
+    def close(self) -> None:
+        if self._pool is None:
+            return
+        self._pool.submit(self._close).result()
+        self._pool.shutdown()
+        self._pool = None
+
+    def _close(self) -> None:
+        if self._browser is not None:
+            self._browser.close()
+        if self._playwright is not None:
+            self._playwright.stop()
+        self._browser = self._playwright = None
+
+
+MEASURING = _MeasuringBrowser()  # closed at the end of the session (tests/conftest.py)
+
+
 def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
     """Walk a page as the run will, measuring on the way: plan items are ("measure", selector) for an
     element's centre, ("point", name, js) for the CSS pixel [x, y] that the function `js` returns in the
     page, ("click", selector), ("goto", url) or ("wait", selector) until it is attached; returns
-    {selector or name: model point}. A fresh browser each time."""
-    from playwright.sync_api import sync_playwright
+    {selector or name: model point}. A fresh browser context each time (the browser is shared)."""
 
-    centres = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-        page.goto(url)
-        for what, sel, *js in plan:
-            if what == "click":
-                page.click(sel)
-            elif what == "goto":
-                page.goto(sel)
-            elif what == "wait":
-                page.wait_for_selector(sel, state="attached")
-            elif what == "point":
-                centres[sel] = to_grid(*page.evaluate(js[0]), viewport)
-            else:
-                box = page.locator(sel).bounding_box()
-                centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
-        browser.close()
-    return centres
+    def walk(browser) -> dict:
+        centres = {}
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        try:
+            page = context.new_page()
+            page.goto(url)
+            for what, sel, *js in plan:
+                if what == "click":
+                    page.click(sel)
+                elif what == "goto":
+                    page.goto(sel)
+                elif what == "wait":
+                    page.wait_for_selector(sel, state="attached")
+                elif what == "point":
+                    centres[sel] = to_grid(*page.evaluate(js[0]), viewport)
+                else:
+                    box = page.locator(sel).bounding_box()
+                    centres[sel] = to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, viewport)
+        finally:
+            context.close()
+        return centres
+
+    return MEASURING.run(walk)
 
 
 def browse(tmp_path: Path, url: str, replies: list[str], task: str, *extra: str):

@@ -21,7 +21,7 @@ import threading
 
 from PIL import Image
 
-from tests.pages.helpers import CHROMIUM, VIEWPORT, to_grid
+from tests.pages.helpers import VIEWPORT, measure_along
 from tests.support.screenspot_oracle import serve
 
 GROUNDING_MARK = "you MUST left click on the corresponding UI element"
@@ -37,19 +37,7 @@ class DomGroundingOracle:
         self._lock = threading.Lock()
 
     def _box_centre(self, selector: str) -> list[int]:
-        from playwright.sync_api import sync_playwright
-
-        from qvl_agent.scripts.export.exporter import SCRIPT_CHROMIUM_ARGS
-
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=SCRIPT_CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": self.viewport[0], "height": self.viewport[1]})
-                page.goto(self.url)
-                box = page.locator(selector).bounding_box()
-            finally:
-                browser.close()
-        return to_grid(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, self.viewport)
+        return measure_along(self.url, [("measure", selector)], self.viewport)[selector]
 
     def reply(self, body: dict) -> str:
         messages = body.get("messages", [])

@@ -93,9 +93,12 @@ def heal_replay(
     step_timeout_s: float | None = None,
 ) -> HealResult:
     """Replay `script` sandboxed, healing broken steps with the model behind `ask` (`engine_name` goes into
-    the report); see the module docstring.
+    the report); see the module docstring. A broken step's locator is probed for `probe_ms`, and never
+    longer than `step_timeout_s`, the most any step waits.
     Raises what `replay_script` raises, and InputError when `trace_dir` cannot be written."""
     source = script.read_text(encoding="utf-8")
+    if step_timeout_s is not None:  # a broken step is given no longer than a step may wait
+        probe_ms = min(probe_ms, step_timeout_s * 1000)
     trace = TraceWriter(trace_dir)
     trace.start(task=f"replay --heal {script.name}", engine=engine_name, executor="playwright (sandbox)", mode="heal")
     with tempfile.TemporaryDirectory(prefix="qvl-heal-") as tmp:
