@@ -53,6 +53,7 @@ from qvl_agent import actions as A
 from qvl_agent.act.base import Dialog
 from qvl_agent.act.browser import BrowserExecutor
 from qvl_agent.act.person_dialogs import PersonDialogs, prompt_secret
+from qvl_agent.dialog_text import json_text
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
 from qvl_agent.playwright.locate import POINT_ONLY, Located, element_state, point_on, resolve_handle
@@ -569,17 +570,19 @@ def describe(step: _Step) -> str:
     inner = locator.get("inner") or locator
     what = inner.get("name") or inner.get("text") or inner.get("value") or ""
     role = inner.get("role") or (step.located.element.get("tag", "") if step.located else "")
-    target = f'the "{what}" {role or "element"}'.strip() if what else (f"the {role}" if role else "the page")
+    # The page's words in JSON quotes (`json_text`): a name with a quote in it cannot end them early and
+    # go on as words of ours, in the report or in what the model is told the person did.
+    target = f"the {json_text(str(what))} {role or 'element'}" if what else (f"the {role}" if role else "the page")
     if step.detail.get("frame"):
-        target = f"the page inside a frame ({step.detail['frame'][:80]})"
+        target = f"the page inside a frame ({json_text(str(step.detail['frame'])[:80])})"
     if locator.get("kind") == "within":
-        target += f' in the item that says "{locator.get("has_text", "")}"'
+        target += f" in the item that says {json_text(str(locator.get('has_text', '')))}"
     if step.kind == "type":
         return f"type into {target}"
     if step.kind == "key":
         return f"press {step.detail.get('keys', '')} on {target}"
     before, after = step.detail.get("before") or {}, step.detail.get("after") or {}
     if before.get("tag") == "select" and after.get("label") is not None and after != before:
-        return f'choose "{after["label"]}" in {target}'
+        return f"choose {json_text(str(after['label']))} in {target}"
     verb = {"left_click": "click", "double_click": "double-click", "triple_click": "triple-click"}
     return f"{verb.get(step.kind, step.kind.replace('_', ' '))} {target}"
