@@ -36,8 +36,9 @@ the window (`act.person_dialogs`), and what they chose, as the browser reports i
 step whose click opened it (`"dialogs"`, what the export expects before that step). A prompt's text is a
 secret when it is one already known, or when the prompt asks for one ("Your PIN?").
 
-The page can call the binding itself: every payload is checked for the recording's nonce and its shape
-before anything is read from it, and the element the step is about is taken from the page's own event
+The page can call the binding itself, and reads what the capture script sends: every payload is checked
+for the recording's signature (`playwright.signing`), its order and its shape before anything is read
+from it, and the element the step is about is taken from the page's own event
 (by id, from the capture script's table), never from a description the page could forge.
 """
 
@@ -57,7 +58,7 @@ from qvl_agent.dialog_text import json_text
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
 from qvl_agent.playwright.locate import POINT_ONLY, Located, element_state, point_on, resolve_handle
-from qvl_agent.playwright.recording import BINDING, capture_script, check_payload, target_tag
+from qvl_agent.playwright.recording import BINDING, Reports, capture_script, target_tag
 from qvl_agent.secrets import SECRET_NAME, Secrets
 
 # --- the recorder --------------------------------------------------------------------------------------
@@ -115,7 +116,8 @@ class PersonCapture:
         self.steps = 0
         self.records: list[dict] = []  # written since the last `start`
         self.problems: list[str] = []  # events that could not be recorded, for the person at the end
-        self._nonce = token.token_hex(16)
+        self._nonce = token.token_hex(32)
+        self._reports = Reports(self._nonce)
         self._pending: _Step | None = None
         self._tickets = itertools.count()
         self._serving = 0
@@ -260,7 +262,7 @@ class PersonCapture:
     def _on_event(self, source, payload) -> None:
         """The binding: one event at a time, in the order the page sent them (each call runs in its own
         greenlet, and resolving a locator waits on the page, so a later event could overtake)."""
-        event = check_payload(payload, self._nonce)
+        event = self._reports.open(payload)
         if event is None or self._stopping:
             return  # not the capture script's (a page calling the binding itself): dropped before it waits
         ticket = self._issued = next(self._tickets)
