@@ -170,3 +170,16 @@ def test_a_reason_of_a_megabyte_with_escapes_is_one_short_safe_terminal_line():
     line = out.getvalue()
     assert line.count("\n") == 1 and len(line) < 1000
     assert not any(ch in line for ch in "\x1b\x07\u202e")
+
+
+def test_a_flood_of_forged_reports_is_dropped_without_hashing_a_huge_one():
+    import time
+
+    from qvl_agent.playwright.recording import Reports
+
+    reports = Reports("ab" * 32)
+    started = time.monotonic()
+    for _ in range(5000):
+        assert reports.open("0" * 64 + '{"kind": "key"}') is None
+    assert reports.open("0" * 64 + "x" * 50_000_000) is None
+    assert time.monotonic() - started < 5

@@ -19,6 +19,7 @@ import hashlib
 import hmac
 
 MAC_CHARS = 64  # hex digits of the signature that starts each report
+MAX_REPORT = 4_000_000  # characters: past the most a report's fields may hold, nothing is hashed
 
 # Defines `encode(value)` (a JSON text), `mac(text)` (its signature in hex) and `quote`, `random`, from
 # `key` (the HMAC key as a list of byte values) in the capture script's scope.
@@ -124,7 +125,7 @@ def signed(text: str, key: bytes) -> str:
 
 def opened(payload, key: bytes) -> str | None:
     """The body of a report signed with `key`, or None for anything else."""
-    if not isinstance(payload, str) or len(payload) <= MAC_CHARS:
+    if not isinstance(payload, str) or not MAC_CHARS < len(payload) <= MAX_REPORT:
         return None
     sign, text = payload[:MAC_CHARS], payload[MAC_CHARS:]
     return text if hmac.compare_digest(sign, mac(text, key)) else None
