@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from qvl_agent.act.guard import StopSwitch
+from qvl_agent.dialog_text import json_text
 from qvl_agent.step_words import person_step
 
 POLL_S = 0.1  # how often a pause looks at the stop switch (and lets a browser's events in)
@@ -188,7 +189,7 @@ PAST = {"click": "clicked", "type": "typed", "press": "pressed", "choose": "chos
 
 def what_the_person_did(records: list[dict], reason: str = "", where: str = "", url_now: str = "") -> str:
     """The observation on hand back: `The person took over and: clicked the "Sign in" button; typed into
-    the "Password" field (a secret); went to https://...`, from the person's step records (their results'
+    the "Password" field (a secret); went to "https://..."`, from the person's step records (their results'
     words, as the recorder wrote them); `url_now` is the page's address at hand back."""
     said: list[str] = []
     url = ""
@@ -196,7 +197,7 @@ def what_the_person_did(records: list[dict], reason: str = "", where: str = "", 
         for action, result in zip(record.get("actions") or [], record.get("results") or [], strict=False):
             at = str((result.get("detail") or {}).get("url") or "")
             if at and url and at != url:
-                said.append(f"went to {at}")
+                said.append(f"went to {json_text(at)}")
             url = at or url
             if not ("url" in (result.get("detail") or {}) or "locator" in (result.get("detail") or {})):
                 said.append(person_step({"actions": [action], "results": [result]}) or "did something")
@@ -210,7 +211,7 @@ def what_the_person_did(records: list[dict], reason: str = "", where: str = "", 
                 words += " (a secret)"
             said.append(words)
     if url_now and url and url_now != url:
-        said.append(f"went to {url_now}")
+        said.append(f"went to {json_text(url_now)}")
     why = f" ({reason})" if reason else ""
     if said:
         done = "; ".join(said)

@@ -29,7 +29,8 @@ import pytest
 
 from qvl_agent.act.recorder import secret_name
 from qvl_agent.playwright.locate import Located
-from qvl_agent.playwright.recording import check_payload
+from qvl_agent.playwright.recording import Reports, check_payload
+from qvl_agent.playwright.signing import signed
 from tests.conftest import ROOT
 from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT
 from tests.pages.server import PageServer
@@ -41,25 +42,37 @@ PASSWORD = "s3cretPw9"
 # --- unit: what a page may hand the recorder ------------------------------------------------------------
 
 
-def test_a_payload_without_the_nonce_or_of_the_wrong_shape_is_dropped():
-    good = {"nonce": "n", "kind": "key", "id": 3, "url": "http://x/", "keys": "Enter", "state": {"tag": "input"}}
-    assert check_payload(good, "n")["keys"] == "Enter"
-    assert check_payload(dict(good, nonce="guess"), "n") is None
-    assert check_payload(dict(good, kind="eval"), "n") is None
-    assert check_payload(dict(good, id=-1), "n") is None
-    assert check_payload(dict(good, id=True), "n") is None
-    assert check_payload(dict(good, keys="Enter\nimport os"), "n") is None
-    assert check_payload(dict(good, state={"tag": ["input"]}), "n") is None
-    assert check_payload(dict(good, state={"tag": "input", "checked": "yes"}), "n") is None
-    assert check_payload(dict(good, url=None), "n") is None
-    assert check_payload(["not", "a", "dict"], "n") is None
-    pointer = {"nonce": "n", "kind": "pointer", "id": 1, "url": "u", "x": 5, "y": 6, "button": 0, "count": 1}
-    assert check_payload(pointer, "n")["x"] == 5.0
-    assert check_payload(dict(pointer, x=float("nan")), "n") is None
-    assert check_payload(dict(pointer, button=7), "n") is None
-    assert check_payload(dict(pointer, count=10**9), "n") is None
-    extra = check_payload(dict(good, state={"tag": "input", "onclick": "x"}, code="x"), "n")
+def test_a_payload_not_signed_with_the_key_or_of_the_wrong_shape_is_dropped():
+    key = "ab" * 32
+
+    def check(payload: dict, with_key: str = key, seq: int = 1):
+        return check_payload(signed(json.dumps({**payload, "seq": seq, "doc": "0.5"}), bytes.fromhex(with_key)), key)
+
+    good = {"kind": "key", "id": 3, "url": "http://x/", "keys": "Enter", "state": {"tag": "input"}}
+    assert check(good)["keys"] == "Enter"
+    assert check(good, with_key="cd" * 32) is None
+    assert check_payload(dict(good, nonce=key, seq=1, doc="0.5"), key) is None  # not signed at all
+    assert check_payload("0" * 64 + json.dumps(good), key) is None
+    assert check(good, seq=0) is None
+    assert check(dict(good, kind="eval")) is None
+    assert check(dict(good, id=-1)) is None
+    assert check(dict(good, id=True)) is None
+    assert check(dict(good, keys="Enter\nimport os")) is None
+    assert check(dict(good, state={"tag": ["input"]})) is None
+    assert check(dict(good, state={"tag": "input", "checked": "yes"})) is None
+    assert check(dict(good, url=None)) is None
+    assert check_payload(signed('["not", "a", "dict"]', bytes.fromhex(key)), key) is None
+    pointer = {"kind": "pointer", "id": 1, "url": "u", "x": 5, "y": 6, "button": 0, "count": 1}
+    assert check(pointer)["x"] == 5.0
+    assert check(dict(pointer, x=1e300)) is None
+    assert check(dict(pointer, button=7)) is None
+    assert check(dict(pointer, count=10**9)) is None
+    extra = check(dict(good, state={"tag": "input", "onclick": "x"}, code="x"))
     assert "code" not in extra and extra["state"] == {"tag": "input"}
+    reports = Reports(key)  # each document's reports once, in order
+    first, second = (signed(json.dumps({**good, "seq": n, "doc": "0.5"}), bytes.fromhex(key)) for n in (1, 2))
+    assert reports.open(first) and reports.open(second)
+    assert reports.open(first) is None and reports.open(second) is None
 
 
 def test_a_password_fields_secret_is_named_after_its_label():

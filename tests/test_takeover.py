@@ -95,7 +95,7 @@ def test_the_hotkey_pauses_after_the_step_and_the_model_is_told_what_the_person_
     told = engine.requests[1].text
     assert told.startswith("wait 0 s: waited 0 s")
     assert (
-        'The person took over and: clicked the "Sign in" button; went to http://h/b; typed into the "Password" '
+        'The person took over and: clicked the "Sign in" button; went to "http://h/b"; typed into the "Password" '
         "textbox (a secret). They handed the run back to you."
     ) in told
     steps = read_trace(tmp_path / "run").steps
@@ -241,7 +241,7 @@ def test_a_person_takes_over_signs_in_and_hands_back_and_the_mixed_run_replays(x
     assert told.startswith("wait 5 s: waited 5 s")
     assert 'The person took over and: clicked the "User name" textbox; typed into the "User name" textbox;' in told
     assert 'typed into the "Password" textbox (a secret); clicked the "Sign in" button' in told
-    assert "went to " + orders in told and "ctrl" not in told.lower()
+    assert "went to " + json.dumps(orders) in told and "ctrl" not in told.lower()
 
     report = (tmp_path / "trace" / "report.html").read_text()
     assert report.count(">by the person<") == len(person_steps) and ">by the agent<" in report

@@ -36,8 +36,9 @@ the window (`act.person_dialogs`), and what they chose, as the browser reports i
 step whose click opened it (`"dialogs"`, what the export expects before that step). A prompt's text is a
 secret when it is one already known, or when the prompt asks for one ("Your PIN?").
 
-The page can call the binding itself: every payload is checked for the recording's nonce and its shape
-before anything is read from it, and the element the step is about is taken from the page's own event
+The page can call the binding itself, and reads what the capture script sends: every payload is checked
+for the recording's signature (`playwright.signing`), its order and its shape before anything is read
+from it, and the element the step is about is taken from the page's own event
 (by id, from the capture script's table), never from a description the page could forge.
 """
 
@@ -53,10 +54,11 @@ from qvl_agent import actions as A
 from qvl_agent.act.base import Dialog
 from qvl_agent.act.browser import BrowserExecutor
 from qvl_agent.act.person_dialogs import PersonDialogs, prompt_secret
+from qvl_agent.dialog_text import json_text
 from qvl_agent.errors import QvlError
 from qvl_agent.image import GRID, Screenshot, load_image_bytes
 from qvl_agent.playwright.locate import POINT_ONLY, Located, element_state, point_on, resolve_handle
-from qvl_agent.playwright.recording import BINDING, capture_script, check_payload, target_tag
+from qvl_agent.playwright.recording import BINDING, Reports, capture_script, target_tag
 from qvl_agent.secrets import SECRET_NAME, Secrets
 
 # --- the recorder --------------------------------------------------------------------------------------
@@ -114,7 +116,8 @@ class PersonCapture:
         self.steps = 0
         self.records: list[dict] = []  # written since the last `start`
         self.problems: list[str] = []  # events that could not be recorded, for the person at the end
-        self._nonce = token.token_hex(16)
+        self._nonce = token.token_hex(32)
+        self._reports = Reports(self._nonce)
         self._pending: _Step | None = None
         self._tickets = itertools.count()
         self._serving = 0
@@ -259,7 +262,7 @@ class PersonCapture:
     def _on_event(self, source, payload) -> None:
         """The binding: one event at a time, in the order the page sent them (each call runs in its own
         greenlet, and resolving a locator waits on the page, so a later event could overtake)."""
-        event = check_payload(payload, self._nonce)
+        event = self._reports.open(payload)
         if event is None or self._stopping:
             return  # not the capture script's (a page calling the binding itself): dropped before it waits
         ticket = self._issued = next(self._tickets)
@@ -569,17 +572,19 @@ def describe(step: _Step) -> str:
     inner = locator.get("inner") or locator
     what = inner.get("name") or inner.get("text") or inner.get("value") or ""
     role = inner.get("role") or (step.located.element.get("tag", "") if step.located else "")
-    target = f'the "{what}" {role or "element"}'.strip() if what else (f"the {role}" if role else "the page")
+    # The page's words in JSON quotes (`json_text`): a name with a quote in it cannot end them early and
+    # go on as words of ours, in the report or in what the model is told the person did.
+    target = f"the {json_text(str(what))} {role or 'element'}" if what else (f"the {role}" if role else "the page")
     if step.detail.get("frame"):
-        target = f"the page inside a frame ({step.detail['frame'][:80]})"
+        target = f"the page inside a frame ({json_text(str(step.detail['frame'])[:80])})"
     if locator.get("kind") == "within":
-        target += f' in the item that says "{locator.get("has_text", "")}"'
+        target += f" in the item that says {json_text(str(locator.get('has_text', '')))}"
     if step.kind == "type":
         return f"type into {target}"
     if step.kind == "key":
         return f"press {step.detail.get('keys', '')} on {target}"
     before, after = step.detail.get("before") or {}, step.detail.get("after") or {}
     if before.get("tag") == "select" and after.get("label") is not None and after != before:
-        return f'choose "{after["label"]}" in {target}'
+        return f"choose {json_text(str(after['label']))} in {target}"
     verb = {"left_click": "click", "double_click": "double-click", "triple_click": "triple-click"}
     return f"{verb.get(step.kind, step.kind.replace('_', ' '))} {target}"

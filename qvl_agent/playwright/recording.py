@@ -2,15 +2,16 @@
 
 `capture_script(nonce)` is the script the recorder installs in every frame before the page's own: it
 listens in the capture phase, for trusted events only, and reports each through the binding `BINDING`
-(by value, with the recording's nonce): `pointerdown` (the target `locate` would choose for that point,
+(signed with the recording's key, `signing`): `pointerdown` (the target `locate` would choose for that point,
 its state, the page's text), `beforeinput` (the first of a run of typing into one element, with its state
 before it), `keydown` (named keys and chords; inside a text field only Enter, Tab and Escape) and the
 `change` of a `<select>` (its state before and after). The element itself stays in the page, in a table
 the recorder reads by id: a report carries no description of it that the page could forge. A `click` that
 comes while its `pointerdown` is still being recorded is held back and dispatched again once it is.
 
-`check_payload(payload, nonce)` is the one place a report becomes data: the nonce, the kind, and every
-field's type and size are checked, unknown fields dropped; anything else is None.
+`check_payload(payload, nonce)` is the one place a report becomes data: the signature, the kind, and every
+field's type and size are checked, unknown fields dropped; anything else is None. `Reports` takes each
+document's reports once and in order.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ import math
 import re
 
 from qvl_agent.playwright.locate import INTERACTIVE, STATE_JS, TARGET_JS
+from qvl_agent.playwright.signing import SIGN_JS, opened
 
 BINDING = "__qvlRecord"
 MAX_TEXT = 200_000  # the page text kept for "what appeared after the last click"
 HOLD_CLICK_MS = 3000  # the longest a click waits for its step to be resolved
 
-# {nonce}, {binding}, {target}, {state}, {interactive} are filled in by `capture_script`.
-CAPTURE_JS = """((nonce, tag, binding, sel) => {
+# {sign}, {key}, {tag}, {binding}, {target}, {state}, {interactive} are filled in by `capture_script`.
+CAPTURE_JS = """((key, tag, binding, sel) => {
   const mark = '__qvlRecording_' + tag;
   if (window[mark]) return;
   Object.defineProperty(window, mark, {value: true});
+  %(sign)s
   const TARGET = %(target)s;
   const STATE = %(state)s;
   const targets = new Map();
@@ -43,12 +46,16 @@ CAPTURE_JS = """((nonce, tag, binding, sel) => {
   };
   Object.defineProperty(window, '__qvlTarget_' + tag, {value: (id) => targets.get(id) || null});
   let call = window[binding];
+  let seq = 0;
+  const doc = quote(random());
   const send = (payload) => {
     if (typeof call !== 'function') call = window[binding];
     if (typeof call !== 'function') return Promise.resolve();
-    // A literal defines its own fields: a setter the page put on Object.prototype never sees the nonce.
-    const full = {...payload, nonce, url: String(location.href)};
-    try { return Promise.resolve(call(full)).catch(() => {}); } catch (e) { return Promise.resolve(); }
+    // The page sees what is sent (the binding runs in its world, through its JSON): a signed string that
+    // names its document and its place in it, so that what the page sends itself or again is dropped.
+    seq += 1;
+    const text = encode({...payload, seq, doc, url: '' + location.href});
+    try { return Promise.resolve(call(mac(text) + text)).catch(() => {}); } catch (e) { return Promise.resolve(); }
   };
   const state = (el) => { try { return STATE(el); } catch (e) { return null; } };
   const deep = (e) => (e.composedPath && e.composedPath()[0]) || e.target;
@@ -149,7 +156,7 @@ CAPTURE_JS = """((nonce, tag, binding, sel) => {
     selects.set(t, now);
     send({kind: 'select', id: keep(t), before, state: now, typed: leave()});
   }, true);
-})(%(nonce)s, %(tag)s, %(binding)s, %(interactive)s);"""
+})(%(key)s, %(tag)s, %(binding)s, %(interactive)s);"""
 
 
 def target_tag(nonce: str) -> str:
@@ -159,13 +166,14 @@ def target_tag(nonce: str) -> str:
 
 
 def capture_script(nonce: str) -> str:
-    """The capture script for one recording (its nonce marks the payloads that are its own)."""
+    """The capture script for one recording (the nonce is the key that signs its reports)."""
     return CAPTURE_JS % {
         "target": TARGET_JS.strip(),
         "state": STATE_JS.strip(),
         "max_text": MAX_TEXT,
         "hold_ms": HOLD_CLICK_MS,
-        "nonce": json.dumps(nonce),
+        "sign": SIGN_JS.strip(),
+        "key": json.dumps(list(bytes.fromhex(nonce))),
         "tag": json.dumps(target_tag(nonce)),
         "binding": json.dumps(BINDING),
         "interactive": json.dumps(INTERACTIVE),
@@ -214,9 +222,18 @@ def _state(value) -> dict | None:
 
 
 def check_payload(payload, nonce: str) -> dict | None:
-    """The event a capture script reported, with only fields of the expected types, or None: a page calling
-    the binding itself gets nowhere without the nonce, and a malformed payload is dropped whole."""
-    if not isinstance(payload, dict) or payload.get("nonce") != nonce:
+    """The event a capture script reported, with only fields of the expected types, or None: a report not
+    signed with the recording's key (`signing`: a page calling the binding itself) and a malformed one are
+    dropped whole."""
+    text = opened(payload, bytes.fromhex(nonce))
+    try:
+        payload = json.loads(text) if text is not None else None
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    seq, doc = payload.get("seq"), _text(payload.get("doc"), 40)
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 0 < seq < 2**53 or doc is None:
         return None
     kind = payload.get("kind")
     if kind not in ("pointer", "typing", "key", "select"):
@@ -229,7 +246,7 @@ def check_payload(payload, nonce: str) -> dict | None:
     if payload.get("state") is not None and state is None:
         return None
     typed = _state(payload.get("typed")) if payload.get("typed") is not None else None
-    event: dict = {"kind": kind, "id": target, "url": url, "state": state, "typed": typed}
+    event: dict = {"kind": kind, "id": target, "url": url, "state": state, "typed": typed, "seq": seq, "doc": doc}
     if kind == "pointer":
         x, y = _number(payload.get("x")), _number(payload.get("y"))
         button, count = payload.get("button"), payload.get("count")
@@ -246,3 +263,26 @@ def check_payload(payload, nonce: str) -> dict | None:
     elif kind == "select":
         event["before"] = _state(payload.get("before")) if payload.get("before") is not None else None
     return event
+
+
+class Reports:
+    """The reports of one recording (`check_payload`), each document's taken once and in order: a signed
+    report the page saw and sends again, or holds back and sends late, is dropped."""
+
+    KEEP = 1000  # documents remembered (the oldest forgotten first)
+
+    def __init__(self, nonce: str):
+        self.nonce = nonce
+        self._last: dict[str, int] = {}
+
+    def open(self, payload) -> dict | None:
+        event = check_payload(payload, self.nonce)
+        if event is None:
+            return None
+        doc, seq = event.pop("doc"), event.pop("seq")
+        if seq <= self._last.get(doc, 0):
+            return None
+        if doc not in self._last and len(self._last) >= self.KEEP:
+            del self._last[next(iter(self._last))]
+        self._last[doc] = seq
+        return event

@@ -2,7 +2,7 @@
 
 A small always-on-top window outside the page (the page's own DOM cannot see, hide or press it), shown
 while the person has taken a run over (`takeover.py`). It runs as a child process with a Qt event loop of
-its own (`python -m qvl_agent.ui.banner TEXT`), because the command's main thread is busy with the run
+its own (`python -m qvl_agent.ui.banner [--private] -- TEXT`), because the command's main thread is busy with the run
 (Playwright's sync API and the step loop); the child prints one line on its stdout for each thing the
 person does with it, and is ended when the run goes on:
 
@@ -32,6 +32,27 @@ HAND_BACK = "hand back"
 PRIVATE = "private"  # "private on", "private off"
 WINDOW = "window"  # "window X Y W H"
 PRIVATE_FLAG = "--private"
+MAX_REASON = 300  # characters of the model's reason shown, on the terminal and in the banner
+
+
+def shown_reason(reason: str) -> str:
+    """The model's reason as the person reads it: control and bidi characters escaped, cut short."""
+    said = printable(reason)
+    return said if len(said) <= MAX_REASON else said[: MAX_REASON - 1] + "…"
+
+
+def banner_command(reason: str, private: bool) -> list[str]:
+    """The banner child's command line: the flag first, the reason after `--`, so that a reason that reads
+    as the flag stays words and never shows a box that would not keep anything private."""
+    return [sys.executable, "-m", "qvl_agent.ui.banner", *([PRIVATE_FLAG] if private else []), "--",
+            shown_reason(reason)]  # fmt: skip
+
+
+def banner_args(argv: list[str]) -> tuple[str, bool]:
+    """(reason, private) from the banner child's arguments (`banner_command`)."""
+    at = argv.index("--") if "--" in argv else len(argv)
+    words = argv[at + 1 :]
+    return (words[0] if words else ""), PRIVATE_FLAG in argv[:at]
 
 
 class PauseNotice:
@@ -59,7 +80,7 @@ class PauseNotice:
     def __call__(self, state: str, reason: str) -> None:
         out = self.stream or sys.stderr
         if state == "paused":
-            why = f" ({printable(reason)})" if reason else ""
+            why = f" ({shown_reason(reason)})" if reason else ""
             keys = f"press {self.hotkey} or " if self.hotkey else ""
             private = " (tick its box to keep what you type private)" if self.on_private and self.banner else ""
             print(f"qvl-agent: paused{why}: you have control; {keys}use the banner's Hand back button{private} "
@@ -74,8 +95,7 @@ class PauseNotice:
         self.close()
         try:
             child = subprocess.Popen(
-                [sys.executable, "-m", "qvl_agent.ui.banner", printable(reason)[:300]]
-                + ([PRIVATE_FLAG] if self.on_private is not None else []),
+                banner_command(reason, self.on_private is not None),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,
@@ -125,8 +145,7 @@ def main(argv: list[str]) -> int:
     from PySide6.QtCore import QObject, Qt
     from PySide6.QtWidgets import QApplication, QCheckBox, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-    private = PRIVATE_FLAG in argv
-    argv = [a for a in argv if a != PRIVATE_FLAG]
+    reason, private = banner_args(argv)
     app = QApplication([sys.argv[0]])
     window = QWidget()
     window.setWindowTitle("qvl-agent: paused")
@@ -134,7 +153,7 @@ def main(argv: list[str]) -> int:
     flags = Qt.WindowType.WindowStaysOnTopHint | Qt.WindowType.Tool | Qt.WindowType.WindowDoesNotAcceptFocus
     window.setWindowFlags(flags)
     window.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
-    label = QLabel(banner_text(argv[0] if argv else ""))
+    label = QLabel(banner_text(reason))
     label.setWordWrap(True)
     label.setTextFormat(Qt.TextFormat.PlainText)  # the model's words, never markup
     button = QPushButton("Hand back")
