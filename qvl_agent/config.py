@@ -110,7 +110,7 @@ class Hotkeys:
     region: str = "<ctrl>+<alt>+r"
     stop: str = "<ctrl>+<alt>+<esc>"
     # A run pauses for the person to act, and goes on when pressed again. People write it as the top-level
-    # `takeover_hotkey` (issue 31's name); it lives here so that every hotkey is checked against the others.
+    # `takeover_hotkey`; it lives here so that every hotkey is checked against the others.
     takeover: str = "<ctrl>+<alt>+t"
 
 

@@ -21,7 +21,7 @@ PER_TOKEN_2B = 112 * KIB  # the 2B model's K and V of one position, all layers, 
     "max_batch, memory, layout",
     [
         (16, 8 * GIB, (16, ROW_TOKENS)),  # 16 rows of 4,096 fit 8 GiB (7 GiB): as before
-        (64, 8 * GIB, (24, ROW_TOKENS_MIN)),  # the case: 18 rows of 4,096 become 24 of 3,072
+        (64, 8 * GIB, (24, ROW_TOKENS_MIN)),  # the 8 GB default at --max-batch 64: 18 rows of 4,096 become 24 of 3,072
         (64, 21 * GIB, (64, ROW_TOKENS_MIN)),  # 64 turns of a 1080p screenshot each
         (64, 24 * GIB, (64, 3328)),  # rows as long as 64 of them allow, in steps of 256
         (64, 28 * GIB, (64, ROW_TOKENS)),

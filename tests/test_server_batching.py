@@ -118,7 +118,7 @@ def test_a_max_batch_out_of_range_is_one_sentence_and_exit_2(value, tmp_path):
 
 
 def test_serve_bench_runs_batched_and_alone_side_by_side(tiny_model_dir, tmp_path):
-    """`scripts/serve_bench.py` as the issue's measurement runs it, small: every reply has exactly the
+    """`scripts/serve_bench.py` as the GPU measurement runs it, small: every reply has exactly the
     tokens asked for (min_tokens), none lost or mixed, follow-ups reuse their KV, both servers reported."""
     import subprocess
     import sys

@@ -59,7 +59,6 @@ SCROLL_GAP_S = 0.6  # wheel clicks closer than this in time, at the same place, 
 POLL_S = 0.05  # how often the worker looks whether a waiting click is done
 REORDER_S = 0.25  # an event waits this long for one heard earlier on the other listener's thread (a busy machine)
 READY_TIMEOUT_S = 5.0
-TAKEOVER_HOTKEY = "<ctrl>+<alt>+t"  # the take-over hotkey's default (issue 31), when none is given
 
 MODIFIERS = ("ctrl", "alt", "shift", "win")  # in the order a chord names them
 CHORD_MODIFIERS = frozenset({"ctrl", "alt", "win"})  # Shift and AltGr make characters, not chords
@@ -101,8 +100,8 @@ class _Step:
 
 
 def default_hotkeys() -> list[str]:
-    """The project's hotkeys at their defaults, and the take-over hotkey's."""
-    return [*every_hotkey(Hotkeys()), TAKEOVER_HOTKEY]
+    """The project's hotkeys at their defaults, the take-over hotkey's included."""
+    return every_hotkey(Hotkeys())
 
 
 def atspi_password_focused() -> bool:
