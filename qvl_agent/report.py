@@ -229,7 +229,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     error += _heal_html(step) + _dialogs_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
-        f'<h2>{title}{_by(step, trace)}'
+        f"<h2>{title}{_by(step, trace)}"
         f'<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
         f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(step.get("reply", ""))}</pre>'
         f'<h3>Parsed actions</h3><ul class="actions">{actions or "<li>none</li>"}</ul>'
