@@ -185,14 +185,14 @@ def _dialogs_html(step: dict) -> str:
     return '<h3>Dialogs</h3><ul class="dialogs">' + "".join(f"<li>{_e(i)}</li>" for i in items) + "</ul>"
 
 
-def _by(step: dict, trace: Trace) -> str:
+def _by(step: dict, person_took_part: bool) -> str:
     """Whose step it was, where a person took part in the run (a run of the agent alone needs no label)."""
-    if not any(s.get("by") == "person" for s in trace.steps):
+    if not person_took_part:
         return ""
     return f' <span class="by">{"by the person" if step.get("by") == "person" else "by the agent"}</span>'
 
 
-def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
+def _step_html(step: dict, trace: Trace, mode: str, person_took_part: bool) -> tuple[str, str]:
     """(the step's section, its timeline thumbnail)."""
     n = _e(step.get("step", "?"))
     heal = step.get("heal") if isinstance(step.get("heal"), dict) else {}
@@ -229,7 +229,7 @@ def _step_html(step: dict, trace: Trace, mode: str) -> tuple[str, str]:
     error += _heal_html(step) + _dialogs_html(step)
     section = (
         f'<section class="step{" failed" if failed else ""}" id="step-{n}">'
-        f"<h2>{title}{_by(step, trace)}"
+        f"<h2>{title}{_by(step, person_took_part)}"
         f'<span class="timings">{_e(_timings(step))}</span></h2>{picture}'
         f'<div class="details"><h3>Model reply</h3><pre class="reply">{_e(step.get("reply", ""))}</pre>'
         f'<h3>Parsed actions</h3><ul class="actions">{actions or "<li>none</li>"}</ul>'
@@ -247,8 +247,9 @@ def render_report(trace: Trace) -> str:
     run, end = trace.run, trace.end
     mode = str(run.get("mode", "?"))
     sections, strip = [], []
+    person_took_part = any(step.get("by") == "person" for step in trace.steps)
     for step in trace.steps:
-        section, thumb = _step_html(step, trace, mode)
+        section, thumb = _step_html(step, trace, mode, person_took_part)
         sections.append(section)
         strip.append(thumb)
     status = end.get("status", "?") if end else "unfinished"
