@@ -46,6 +46,7 @@ from qvl_agent.config import Settings
 from qvl_agent.engine import GenerationOptions, check_engine
 from qvl_agent.errors import QvlError, UsageError
 from qvl_agent.planner import check_agent_model, open_agent_engine
+from qvl_agent.takeover import masks_what_the_person_typed
 from qvl_agent.trace import PLAYWRIGHT_TRACE, TraceWriter, default_trace_dir
 
 
@@ -177,7 +178,7 @@ def browse(args: argparse.Namespace, settings: Settings) -> int:
                 takeover=takeover,
             )
             if takeover is not None:  # what the person typed into password fields is masked from then on
-                takeover.on_resume = lambda: setattr(agent, "secrets", takeover.person.secrets)
+                masks_what_the_person_typed(takeover, agent)
             result = agent.run(task)
         if takeover is not None:
             secrets = takeover.person.secrets
