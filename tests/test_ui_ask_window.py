@@ -291,3 +291,35 @@ def test_where_is_with_an_answer_that_names_no_point_says_so(qtbot, host):
     assert "names no point" in win.status.text()
     assert not win.marker.isVisible()
     assert win.locate_button.isEnabled()  # the description stays in the box for another try
+
+
+def test_a_window_that_only_a_running_call_still_holds_is_freed_safely(qtbot, host):
+    """A function handed to the engine thread may hold a window; when the GUI lets go of the window first,
+    the window must still be freed on the GUI thread (Qt crashes the process freeing a widget elsewhere)."""
+    import weakref
+
+    from qvl_agent.ui.ask_window import AskWindow
+
+    load(qtbot, host, ReplayEngine([]))
+    gui_let_go = threading.Event()
+    freed_on: list[str] = []
+    win = AskWindow(host, make_shot())
+    win.show()
+    win.marker.show_at(10, 10, "a point")
+    weakref.finalize(win, lambda: freed_on.append(threading.current_thread().name))
+
+    def reads_the_title(window):
+        def fn(_engine):
+            gui_let_go.wait(10)
+            return window.windowTitle()
+
+        return fn
+
+    with qtbot.waitSignal(host.called, timeout=20_000) as blocker:
+        host.call(reads_the_title(win))
+        win.hide()
+        del win
+        gui_let_go.set()
+    assert "screen" in blocker.args[1]
+    qtbot.waitUntil(lambda: bool(freed_on))
+    assert freed_on == [threading.current_thread().name]  # the GUI thread freed it, and the process lives

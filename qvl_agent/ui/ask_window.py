@@ -278,9 +278,9 @@ class AskWindow(QWidget):
         if not self.host.is_ready:
             self.status.setText(f"The model is not ready yet ({self.host.message}).")
             return
-        shot = self.shot
+        shot, zoom = self.shot, self.zoom
         self.marker.hide()
-        self._locating = (self.host.call(lambda engine: locate(engine, shot, description, zoom=self.zoom)), description)
+        self._locating = (self.host.call(lambda engine: locate(engine, shot, description, zoom=zoom)), description)
         self.status.setText(f"Looking for {description}…")
         self._update_buttons()
 

@@ -5,6 +5,10 @@ queue work (through queued signals) and return at once, and the results come bac
 the GUI thread: load progress and readiness, streamed answer pieces, the finished turn with its stats,
 errors as one sentence. Cancelling a running answer calls `Session.cancel()`, which is safe from any thread.
 
+A function handed to `call()` is only lent to the engine thread: the GUI thread keeps it until the result
+is back, so its last reference always dies on the GUI thread. A closure that holds a window (the ask window's
+own methods do) would otherwise free that window on the engine thread, and Qt crashes deleting a widget there.
+
 One engine runs one thing at a time, so work queues behind a running answer or automation run.
 This module does not know about windows; the tray app and the ask window use it.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +49,29 @@ class Conversation:
     def close(self) -> None:
         if self.session is not None:
             self.session.close()
+
+
+class _Lent:
+    """A function lent to the engine thread, which holds it only through a weak reference."""
+
+    __slots__ = ("fn", "__weakref__")
+
+    def __init__(self, fn: Callable[[Engine], Any]) -> None:
+        self.fn = fn
+
+
+def _run_lent(lent: weakref.ref, engine: Engine | None) -> tuple[bool, Any]:
+    """(True, what the function returned) or (False, one sentence). Every reference this frame took to the
+    function, its traceback's included, is gone once it returns."""
+    try:
+        if engine is None:
+            raise QvlError("The model is not loaded.")
+        return True, lent().fn(engine)
+    except QvlError as exc:
+        return False, str(exc)
+    except Exception as exc:
+        traceback.print_exc()
+        return False, f"{type(exc).__name__}: {exc}."
 
 
 class _Worker(QObject):
@@ -108,16 +136,9 @@ class _Worker(QObject):
             conv.cancel_requested = False
 
     @Slot(int, object)
-    def call(self, request: int, fn: Callable[[Engine], Any]) -> None:
-        try:
-            if self.engine is None:
-                raise QvlError("The model is not loaded.")
-            self.called.emit(request, fn(self.engine))
-        except QvlError as exc:
-            self.call_failed.emit(request, str(exc))
-        except Exception as exc:
-            traceback.print_exc()
-            self.call_failed.emit(request, f"{type(exc).__name__}: {exc}.")
+    def call(self, request: int, lent: weakref.ref) -> None:
+        ok, value = _run_lent(lent, self.engine)
+        (self.called if ok else self.call_failed).emit(request, value)
 
     @Slot()
     def shutdown(self) -> None:
@@ -153,8 +174,11 @@ class EngineHost(QObject):
         self._thread.setObjectName("qvl-engine")
         self._worker = _Worker()
         self._worker.moveToThread(self._thread)
-        for name in ("piece", "answered", "errored", "cancelled", "called", "call_failed"):
+        self._lent: dict[int, _Lent] = {}  # calls running or queued, held here until their result is back
+        for name in ("piece", "answered", "errored", "cancelled"):
             getattr(self._worker, name).connect(getattr(self, name))
+        self._worker.called.connect(self._on_called)
+        self._worker.call_failed.connect(self._on_call_failed)
         self._worker.loading.connect(self._on_loading)
         self._worker.ready.connect(self._on_ready)
         self._worker.failed.connect(self._on_failed)
@@ -184,7 +208,8 @@ class EngineHost(QObject):
     def call(self, fn: Callable[[Engine], Any]) -> int:
         """Run `fn(engine)` on the engine thread (automation runs, script generation)."""
         self._next += 1
-        self._call.emit(self._next, fn)
+        self._lent[self._next] = lent = _Lent(fn)
+        self._call.emit(self._next, weakref.ref(lent))
         return self._next
 
     def close(self, timeout_ms: int = 5000) -> None:
@@ -194,6 +219,16 @@ class EngineHost(QObject):
         self._shutdown.emit()
         self._thread.quit()
         self._thread.wait(timeout_ms)
+
+    @Slot(int, object)
+    def _on_called(self, request: int, value: Any) -> None:
+        self.called.emit(request, value)
+        del self._lent[request]  # the function's last reference, dropped on this (the GUI) thread
+
+    @Slot(int, str)
+    def _on_call_failed(self, request: int, message: str) -> None:
+        self.call_failed.emit(request, message)
+        del self._lent[request]
 
     @Slot(str)
     def _on_loading(self, message: str) -> None:
