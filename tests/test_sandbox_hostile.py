@@ -405,20 +405,25 @@ def test_a_fork_bomb_is_stopped_even_when_run_as_root(server):
 
 def test_processes_that_each_stay_under_the_memory_limit_are_stopped_together(server):
     # Each process has its own RLIMIT_DATA; together they could take the machine's memory. The limit is
-    # lowered here so that the test itself stays light: 4 processes of 256 MB against 512 MB in all.
+    # lowered here so that the test itself stays light: 3 processes of 200 MB against 512 MB in all. Once
+    # one of them is stopped for memory the whole run ends: the two left (400 MB, under the limit) never
+    # get to speak.
     token = "qvl-hostile-" + uuid.uuid4().hex
     script = HEADER + (
         "import time\n"
-        "for n in range(4):\n"
+        "for n in range(3):\n"
         "    if os.fork() == 0:\n"
         f"        sys.argv[0] = {token!r}\n"
-        "        block = b'x' * (256 << 20)\n"
-        "        time.sleep(60)\n"
+        "        block = b'x' * (200 << 20)\n"
+        "        time.sleep(20)\n"
+        "        print('a child outlived the wall', flush=True)\n"
         "        os._exit(0)\n"
-        "time.sleep(60)\n"
+        "time.sleep(20)\n"
+        "print('the run outlived the wall', flush=True)\n"
     )
     result = run(script, server, memory_bytes=512 << 20)
     assert "of memory together" in result.limit and result.returncode != 0
+    assert "outlived the wall" not in result.output
     assert _processes_with(token) == []
 
 

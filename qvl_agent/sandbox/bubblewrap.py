@@ -314,7 +314,10 @@ def run_sandboxed(
             for fd in (info_write, files_write, seccomp):
                 os.close(fd)
         receiver.start()
-        watchdog = Watchdog(proc, info_read, memory_bytes=memory_bytes, count_files=not tmpfs)
+        watchdog = Watchdog(
+            proc, info_read, memory_bytes=memory_bytes, count_files=not tmpfs,
+            killed_for_memory=group.killed_for_memory if group is not None else None,
+        )  # fmt: skip
         watchdog.start()
         if forwarder is not None:
             forwarder.start()

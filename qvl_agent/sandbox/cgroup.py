@@ -88,6 +88,8 @@ class Cgroup:
         except OSError:
             made.remove()  # the controllers are not ours to use below this cgroup
             return None
+        with contextlib.suppress(OSError):  # kernels before 4.19: the watchdog ends the run after a kill
+            _write(folder / "memory.oom.group", "1")  # one kill for memory ends every process of the run
         return made
 
     @classmethod

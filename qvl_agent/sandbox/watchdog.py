@@ -15,7 +15,10 @@ more than `ENTRIES` files and folders:
   sandbox's tmpfs folders (/tmp, /dev/shm, the scratch folder) hold. File-backed pages of the read-only
   system folders are the page cache, which the kernel reclaims. (A delegated cgroup v2 with
   `memory.max` and `pids.max` would hold both limits in the kernel; few desktops delegate one to a
-  user's process, so this check is what holds everywhere.)
+  user's process, so this check is what holds everywhere.) Where the run has a cgroup (`cgroup.py`), the
+  kernel holds the limit; the kernel's out-of-memory killer ends only the process it picks, so the run
+  is ended here at the first poll after that kill: a run that lost a process to the wall stops at once
+  rather than waiting out its timeout half dead.
 - **Disk:** the scratch folder, /tmp and /dev/shm are sized tmpfs mounts: the kernel refuses bytes past
   their size, files unlinked while still open included. Their number of files is counted here (a tmpfs
   without a size for inodes would let a script fill kernel memory with empty files).
@@ -39,7 +42,7 @@ import signal
 import stat
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TASKS = 1024  # processes and threads in the sandbox at once (the same figure as its RLIMIT_NPROC)
@@ -69,9 +72,15 @@ class Watchdog:
     """Watches one sandbox run (bubblewrap's `proc` and its `--info-fd` read end)."""
 
     def __init__(
-        self, proc: subprocess.Popen, info_fd: int, memory_bytes: int | None = None, count_files: bool = True
+        self,
+        proc: subprocess.Popen,
+        info_fd: int,
+        memory_bytes: int | None = None,
+        count_files: bool = True,
+        killed_for_memory: Callable[[], bool] | None = None,
     ) -> None:
         self.proc = proc
+        self.killed_for_memory = killed_for_memory  # the run's cgroup: did the kernel kill one of its processes
         # False where the kernel sizes each tmpfs folder in entries (`launch.py`): it refuses the file past
         # the limit itself, before any poll could see it.
         self.count_files = count_files
@@ -108,6 +117,8 @@ class Watchdog:
                 return
 
     def _over_limit(self) -> str:
+        if self.killed_for_memory is not None and self.killed_for_memory():
+            return f"its processes used more than {self.memory_bytes >> 20} MB of memory together"
         pids = descendants(self.proc.pid)
         tasks = sum(_threads(pid) for pid in pids)
         if tasks > TASKS:
