@@ -40,13 +40,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from qvl_agent.devtools.bench import ui_screenshot  # noqa: E402
 from tests.support.live_server import start_serve, stop_serve  # noqa: E402
 
 FOLLOW_UP = "And what is the title of the window in front?"
 
 
 def screenshot_url(seed: int, width: int, height: int) -> str:
+    from qvl_agent.devtools.bench import ui_screenshot  # imports torch: only once the arguments are good
+
     return "data:image/png;base64," + base64.b64encode(ui_screenshot(seed, width, height).to_png()).decode()
 
 

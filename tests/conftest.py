@@ -68,9 +68,24 @@ def pytest_make_collect_report(collector):
 
 
 def pytest_collection_modifyitems(items):
-    """Tests marked `slow` start first: spread over the workers at the start, none of them is left running
-    alone at the end while the other workers idle. (A stable sort: every worker collects the same order.)"""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Each worker's share starts with its part of the tests marked `slow`, dealt round, so no slow test is
+    left running alone at the end while the other workers idle.
+
+    scripts/test schedules with pytest-xdist's `worksteal`: the collected tests are cut into one share per
+    worker, in order and evenly, and a worker that runs out takes half of what is left of the longest share,
+    from its end. The shares are laid out here to match that cut; every worker computes the same order."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    rest = [item for item in items if not item.get_closest_marker("slow")]
+    ordered, left = [], len(items)
+    for worker in range(workers):
+        size = left // (workers - worker)  # the size of this worker's first share, as worksteal cuts it
+        left -= size
+        share = slow[worker::workers]
+        fill = max(0, size - len(share))
+        ordered += share + rest[:fill]
+        rest = rest[fill:]
+    items[:] = ordered + rest
 
 
 _WORKER_DISPLAY: VirtualDisplay | None = None

@@ -70,6 +70,7 @@ _MUTATION_CLOCK = """(() => {
     .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
 })();"""
 
+CLOSE_EVENT_TRIES = 20  # 50 ms apart: how long a tab that closed under an action may take to say so
 _CLOSED_MARKERS = ("has been closed", "Target closed", "Browser closed", "browser has disconnected")
 
 
@@ -269,6 +270,26 @@ class BrowserExecutor:
             self._mark_dead(f"The page stopped answering: loading {what} failed.")
             raise BrowserError(self._dead)
 
+    def _closed_under_its_action(self, page, exc: Exception) -> bool:
+        """Whether the tab the action was in closed under it (a popup that closes itself as it is sent, on a
+        busy machine before the click's last event was acknowledged) while the browser and another tab of
+        the run live on: then the action happened, and the run goes on in the tab left open."""
+        if self._dead or not any(marker in str(exc) for marker in _CLOSED_MARKERS) or not self.browser.is_connected():
+            return False
+        others = [other for other in self._watched if other is not page and not other.is_closed()]
+        if not others:
+            return False
+        for _ in range(CLOSE_EVENT_TRIES):  # the tab's close event may come just after the error
+            if page.is_closed():
+                break
+            others[-1].wait_for_timeout(50)
+        if not page.is_closed():
+            return False
+        if self.page is page or self.page.is_closed():
+            self.page = others[-1]
+        self._page_closed = False
+        return True
+
     def _fail(self, exc: Exception) -> None:
         """Turn a Playwright error into BrowserError (browser gone) or ActionError (fed to the model)."""
         if self._dead or any(marker in str(exc) for marker in _CLOSED_MARKERS):
@@ -326,7 +347,8 @@ class BrowserExecutor:
         try:
             self._perform(action, shot, detail)
         except self._error_type as exc:
-            self._fail(exc)
+            if not self._closed_under_its_action(start_page, exc):
+                self._fail(exc)
         finally:
             opened = self._dialogs.end_action()
         message = "done"
