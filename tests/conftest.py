@@ -1,7 +1,7 @@
 """Shared fixtures: a private home for every test session, a virtual display with a tray-capable window
 manager, and the tiny Qwen3-VL. Under CI=true a skipped test counts as a failure.
 
-Under pytest-xdist (scripts/test runs one worker per core) each worker has a display of its own, so no two
+Under pytest-xdist (scripts/test runs two workers per core) each worker has a display of its own, so no two
 tests share a pointer, a keyboard focus or a tray; the tiny model is built once for all workers."""
 
 from __future__ import annotations
