@@ -122,3 +122,46 @@ def test_the_person_takes_a_tray_task_over_with_the_hotkey_and_hands_it_back_fro
 
     report = (run / "report.html").read_text()
     assert report.count(">by the person<") == 2 and ">by the agent<" in report
+
+
+def test_where_no_hotkey_works_send_takes_over_hands_back_and_stops(x_display, form, tmp_path):
+    """`tray --send takeover` and `tray --send stop`, what a desktop shortcut runs under Wayland: the run pauses
+    for the person, goes on when handed back, and stops before the model's later step ever happens."""
+    replies = [
+        call(action="left_click", coordinate=form.center("name")) + call(action="type", text="Ada"),
+        call(action="wait", time=3),  # the take-over begins after this step or the one before
+        call(action="wait", time=30),  # the stop comes during this one
+        call(action="left_click", coordinate=form.center("email")) + call(action="type", text="never"),
+        call(action="terminate", status="success"),
+    ]
+    data_home = tmp_path / "data"
+    tray = Tray(x_display, tmp_path, replies, env={"QVL_SAFETY_MODE": "auto", "XDG_DATA_HOME": str(data_home)})
+    try:
+        tray.wait_notice("Ready:")
+        t0 = time.monotonic()
+        assert tray.cli("tray", "--send", "task").returncode == 0
+        dialog = wait_window(tray.display, "^qvl-agent: run a task")
+        xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
+        xdo(tray.display, "type", "--delay", "5", TASK)
+        xdo(tray.display, "key", "Return")
+        tray.wait_notice(f"Working on “{TASK}”", after=t0)
+        form.wait_state(lambda s: s["name"] == "Ada")
+
+        assert tray.cli("tray", "--send", "takeover").returncode == 0
+        tray.wait_notice("you have control", after=t0)
+        handing = time.monotonic()
+        assert tray.cli("tray", "--send", "takeover").returncode == 0
+        tray.wait_notice("Handed back: the agent goes on.", after=handing)
+        wait_for(lambda: len(read_trace(runs(data_home)[0]).steps) >= 2, "the step that waits 3 s")
+        assert tray.cli("tray", "--send", "stop").returncode == 0
+        stopped = tray.wait_notice("Task stopped", after=t0, timeout=20)
+        assert "tray --send stop" in stopped, stopped
+        tray.quit()
+    finally:
+        tray.stop()
+
+    (run,) = runs(data_home)
+    trace = read_trace(run)
+    assert trace.end["status"] == "stopped"
+    assert form.state()["email"] == ""  # the model's later step never happened
+    assert not any(s.get("by") == "person" for s in trace.steps)  # the person held the run and did nothing

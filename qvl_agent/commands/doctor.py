@@ -139,7 +139,7 @@ def check_hotkeys(desktop: dict) -> Check:
             "hotkeys",
             "note",
             "Wayland: pynput hears hotkeys only while an XWayland window has focus.",
-            "bind a desktop keyboard shortcut to `qvl-agent tray --send ask` (and `--send region`).",
+            "bind desktop keyboard shortcuts to `qvl-agent tray --send ask` (and `--send region`, `--send stop`).",
         )
     if error:
         return Check(

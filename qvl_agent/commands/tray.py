@@ -1,13 +1,13 @@
 """`qvl-agent tray`: the tray icon with global hotkeys to ask about the screen.
 
     qvl-agent tray [--model ...] [--engine ...] [--device ...]
-    qvl-agent tray --send ask|region|task|settings|quit
+    qvl-agent tray --send ask|region|task|stop|takeover|settings|quit
 
 The model loads once in the background; the icon's tooltip says when it is ready. Hotkeys (defaults
 Ctrl+Alt+Q ask, Ctrl+Alt+R region, Ctrl+Alt+Esc stop) are recorded in Settings. One instance runs per user:
 a second start says so and exits 1; `--send` drives the running one instead (a desktop shortcut can run
-`qvl-agent tray --send ask` where global hotkeys are not available, as under Wayland). Notices (ready,
-still loading, a task's outcome) also go to stderr, one line each.
+`qvl-agent tray --send ask`, `stop` or `takeover` where global hotkeys are not available, as under
+Wayland). Notices (ready, still loading, a task's outcome) also go to stderr, one line each.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings
 from qvl_agent.errors import CaptureError, UsageError
 
-SEND_COMMANDS = ("ask", "region", "task", "settings", "quit")
+SEND_COMMANDS = ("ask", "region", "task", "stop", "takeover", "settings", "quit")
 
 
 def register(sub) -> None:

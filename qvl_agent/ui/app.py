@@ -387,11 +387,11 @@ class TrayApp(QObject):
             QDesktopServices.openUrl(QUrl.fromLocalFile(str(report)))
 
     @Slot()
-    def stop_everything(self) -> None:
-        """The stop hotkey: cancel running answers and halt an automation run."""
+    def stop_everything(self, why: str = "The stop hotkey was pressed.") -> None:
+        """The stop hotkey (or `tray --send stop`): cancel running answers and halt an automation run."""
         for window in self.windows:
             window.stop()
-        self.automation.stop()
+        self.automation.stop(why)
 
     # --- settings, commands, quitting -----------------------------------------------------------------
 
@@ -431,6 +431,8 @@ class TrayApp(QObject):
             "ask": self.ask_screen,
             "region": self.ask_region,
             "task": self.run_task,
+            "stop": lambda: self.stop_everything("`qvl-agent tray --send stop` was run."),  # where no hotkeys work
+            "takeover": self.automation.toggle_takeover,
             "settings": self.open_settings,
             "quit": self.quit,
         }[word]()

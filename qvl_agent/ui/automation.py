@@ -228,9 +228,9 @@ class Automation(QObject):
             takeover.keep_out(area, what)
 
     @Slot()
-    def stop(self) -> None:
+    def stop(self, why: str = "The stop hotkey was pressed.") -> None:
         if self.guard is not None:
-            self.guard.stop("The stop hotkey was pressed.")
+            self.guard.stop(why)
 
     # --- results --------------------------------------------------------------------------------------
 

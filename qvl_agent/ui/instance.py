@@ -1,8 +1,8 @@
 """One tray app per user: a lock file, plus a local socket that takes commands from later starts.
 
 The lock (QLockFile, which also clears locks left by a crashed process) decides who runs; the socket lets
-`qvl-agent tray --send ask|region|quit` drive the running instance, which is also how a Wayland desktop
-shortcut can stand in for the global hotkey. The key is derived from the user and the settings folder,
+`qvl-agent tray --send ask|region|stop|takeover|quit` drive the running instance, which is also how a Wayland
+desktop shortcut can stand in for a global hotkey. The key is derived from the user and the settings folder,
 so one person has one instance, and test runs with their own QVL_CONFIG_DIR never meet the real one.
 
 Protocol: a client connects, writes one command word and a newline, and reads back "ok" or "unknown".
@@ -18,7 +18,7 @@ from pathlib import Path
 from PySide6.QtCore import QLockFile, QObject, QStandardPaths, QTimer, Signal
 from PySide6.QtNetwork import QLocalServer, QLocalSocket
 
-COMMANDS = ("ask", "region", "task", "settings", "quit", "ping")
+COMMANDS = ("ask", "region", "task", "stop", "takeover", "settings", "quit", "ping")
 
 
 def runtime_dir() -> Path:
