@@ -53,6 +53,21 @@ def menu_item(tray: Tray, index: int) -> tuple[int, int]:
     return x + w // 2, y + round(h * (index + 0.5) / MENU_ITEMS)
 
 
+def start_task(tray: Tray, form: FormApp) -> float:
+    """Once the model is ready, run TASK from the tray and wait for the agent's first step (the name typed);
+    returns when the task was asked for (time.monotonic())."""
+    tray.wait_notice("Ready:")
+    t0 = time.monotonic()
+    assert tray.cli("tray", "--send", "task").returncode == 0
+    dialog = wait_window(tray.display, "^qvl-agent: run a task")
+    xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
+    xdo(tray.display, "type", "--delay", "5", TASK)
+    xdo(tray.display, "key", "Return")
+    tray.wait_notice(f"Working on “{TASK}”", after=t0)
+    form.wait_state(lambda s: s["name"] == "Ada")
+    return t0
+
+
 @pytest.fixture
 def form(x_display, tmp_path):
     app = FormApp(tmp_path)
@@ -71,15 +86,7 @@ def test_the_person_takes_a_tray_task_over_with_the_hotkey_and_hands_it_back_fro
     data_home = tmp_path / "data"
     tray = Tray(x_display, tmp_path, replies, env={"QVL_SAFETY_MODE": "auto", "XDG_DATA_HOME": str(data_home)})
     try:
-        tray.wait_notice("Ready:")
-        t0 = time.monotonic()
-        assert tray.cli("tray", "--send", "task").returncode == 0
-        dialog = wait_window(tray.display, "^qvl-agent: run a task")
-        xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
-        xdo(tray.display, "type", "--delay", "5", TASK)
-        xdo(tray.display, "key", "Return")
-        tray.wait_notice(f"Working on “{TASK}”", after=t0)
-        form.wait_state(lambda s: s["name"] == "Ada")  # the agent's first step is done
+        t0 = start_task(tray, form)
 
         xdo(tray.display, "key", "ctrl+alt+t")
         paused = tray.wait_notice("you have control", after=t0)
@@ -137,15 +144,7 @@ def test_where_no_hotkey_works_send_takes_over_hands_back_and_stops(x_display, f
     data_home = tmp_path / "data"
     tray = Tray(x_display, tmp_path, replies, env={"QVL_SAFETY_MODE": "auto", "XDG_DATA_HOME": str(data_home)})
     try:
-        tray.wait_notice("Ready:")
-        t0 = time.monotonic()
-        assert tray.cli("tray", "--send", "task").returncode == 0
-        dialog = wait_window(tray.display, "^qvl-agent: run a task")
-        xdo(tray.display, "windowactivate", "--sync", dialog, check=False)
-        xdo(tray.display, "type", "--delay", "5", TASK)
-        xdo(tray.display, "key", "Return")
-        tray.wait_notice(f"Working on “{TASK}”", after=t0)
-        form.wait_state(lambda s: s["name"] == "Ada")
+        t0 = start_task(tray, form)
 
         assert tray.cli("tray", "--send", "takeover").returncode == 0
         tray.wait_notice("you have control", after=t0)
