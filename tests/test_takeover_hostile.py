@@ -124,7 +124,6 @@ def hostile_site(tmp_path):
     srv.shutdown()
 
 
-@pytest.mark.skipif(not CHROMIUM, reason="no Chromium here")
 def test_a_page_that_reads_the_capture_scripts_reports_cannot_forge_a_step(tmp_path, hostile_site):
     from qvl_agent.act.browser import BrowserExecutor
     from qvl_agent.act.recorder import PersonCapture

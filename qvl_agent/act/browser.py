@@ -74,6 +74,11 @@ CLOSE_EVENT_TRIES = 20  # 50 ms apart: how long a tab that closed under an actio
 _CLOSED_MARKERS = ("has been closed", "Target closed", "Browser closed", "browser has disconnected")
 
 
+def _says_closed(exc: Exception) -> bool:
+    """Whether Playwright's error is about a page, context or browser that is gone."""
+    return any(marker in str(exc) for marker in _CLOSED_MARKERS)
+
+
 def playwright_key(keys: tuple[str, ...]) -> str:
     """Qwen's chord, e.g. ("ctrl", "a"), as Playwright's "Control+a"."""
     names = []
@@ -274,25 +279,21 @@ class BrowserExecutor:
         """Whether the tab the action was in closed under it (a popup that closes itself as it is sent, on a
         busy machine before the click's last event was acknowledged) while the browser and another tab of
         the run live on: then the action happened, and the run goes on in the tab left open."""
-        if self._dead or not any(marker in str(exc) for marker in _CLOSED_MARKERS) or not self.browser.is_connected():
-            return False
         others = [other for other in self._watched if other is not page and not other.is_closed()]
-        if not others:
+        if self._dead or not others or not _says_closed(exc) or not self.browser.is_connected():
             return False
         for _ in range(CLOSE_EVENT_TRIES):  # the tab's close event may come just after the error
             if page.is_closed():
-                break
+                if self.page is page or self.page.is_closed():
+                    self.page = others[-1]
+                self._page_closed = False
+                return True
             others[-1].wait_for_timeout(50)
-        if not page.is_closed():
-            return False
-        if self.page is page or self.page.is_closed():
-            self.page = others[-1]
-        self._page_closed = False
-        return True
+        return False
 
     def _fail(self, exc: Exception) -> None:
         """Turn a Playwright error into BrowserError (browser gone) or ActionError (fed to the model)."""
-        if self._dead or any(marker in str(exc) for marker in _CLOSED_MARKERS):
+        if self._dead or _says_closed(exc):
             self._mark_dead("The browser closed during the run.")
             raise BrowserError(self._dead) from None
         raise ActionError(f"The browser could not do that: {_first_line(exc)}.") from None

@@ -66,7 +66,7 @@ from qvl_agent.sandbox.files_out import FileReceiver
 from qvl_agent.sandbox.launch import can_size_entries, launcher
 from qvl_agent.sandbox.net import Forwarder, inside_addresses, port_of
 from qvl_agent.sandbox.seccomp import filter_program
-from qvl_agent.sandbox.watchdog import Watchdog, remove_tree
+from qvl_agent.sandbox.watchdog import Watchdog, memory_limit_reason, remove_tree
 
 PACKAGE = "bubblewrap"
 INIT = Path(__file__).with_name("init_in_sandbox.py")
@@ -336,7 +336,7 @@ def run_sandboxed(
         limit = watchdog.reason
         if group is not None:
             if not limit and group.killed_for_memory():
-                limit = f"its processes used more than {memory_bytes >> 20} MB of memory together"
+                limit = memory_limit_reason(memory_bytes)
             if limit:
                 with contextlib.suppress(ProcessLookupError):  # whatever is left goes with bubblewrap
                     os.killpg(proc.pid, signal.SIGKILL)

@@ -53,6 +53,11 @@ TMPFS = ("/tmp", "/dev/shm", "/scratch")  # inside the sandbox
 POLL_S = 0.2
 
 
+def memory_limit_reason(memory_bytes: int) -> str:
+    """Why a run was ended for its memory, in the words the model and the person read."""
+    return f"its processes used more than {memory_bytes >> 20} MB of memory together"
+
+
 def walk(folder: Path) -> Iterator[tuple[Path, os.stat_result]]:
     """Every entry under `folder` (files, folders, links, depth first) with its lstat; links never followed."""
     stack = [folder]
@@ -118,7 +123,7 @@ class Watchdog:
 
     def _over_limit(self) -> str:
         if self.killed_for_memory is not None and self.killed_for_memory():
-            return f"its processes used more than {self.memory_bytes >> 20} MB of memory together"
+            return memory_limit_reason(self.memory_bytes)
         pids = descendants(self.proc.pid)
         tasks = sum(_threads(pid) for pid in pids)
         if tasks > TASKS:
@@ -131,7 +136,7 @@ class Watchdog:
         except TooManyDescriptors:
             return f"it held more than {DESCRIPTORS} open files and sockets at once"
         if memory > self.memory_bytes:
-            return f"its processes used more than {self.memory_bytes >> 20} MB of memory together"
+            return memory_limit_reason(self.memory_bytes)
         return ""
 
     def _tmpfs_usage(self) -> tuple[int, int]:

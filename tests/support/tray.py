@@ -95,7 +95,7 @@ class Tray:
         replay.write_text(json.dumps(replies))
         self.config_dir = config_dir or tmp / "config"
         self.env = dict(
-            os.environ, DISPLAY=display, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+            os.environ, DISPLAY=display, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1",
             QVL_CONFIG_DIR=str(self.config_dir), **(env or {}),
         )  # fmt: skip
         self.env.pop("QT_QPA_PLATFORM", None)
