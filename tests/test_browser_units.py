@@ -60,6 +60,24 @@ def test_the_browser_comes_from_the_flag_then_the_setting_then_playwright_then_t
         chromium.find_browser(None, "", None)
 
 
+def test_a_run_without_a_window_takes_the_headless_shell_and_one_with_a_window_never_does(tmp_path, monkeypatch):
+    full, shell = tmp_path / "chromium", tmp_path / "chromium-headless-shell"
+    for exe in (full, shell):
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.setattr(chromium, "HEADLESS_SHELLS", (str(shell),))
+    monkeypatch.setattr(chromium, "SYSTEM_CHROMIUMS", (str(full),))
+    assert chromium.find_browser(None, "", None, headless=True) == str(shell)
+    assert chromium.find_browser(None, "", None, headless=False) == str(full)
+    assert chromium.find_browser(None, "", None) == str(full)
+    # What the person names wins, headless or not; a headless shell named for a window is one sentence.
+    assert chromium.find_browser(None, str(full), None, headless=True) == str(full)
+    with pytest.raises(BrowserError, match="headless shell, which shows no window"):
+        chromium.find_browser(str(shell), "", None, headless=False)
+    monkeypatch.setattr(chromium, "HEADLESS_SHELLS", (str(tmp_path / "not-installed"),))
+    assert chromium.find_browser(None, "", None, headless=True) == str(full)
+
+
 @pytest.mark.parametrize("key", ["\n", "\t", "\x1b"])
 def test_a_control_character_is_no_key_name(key):
     # An exported script would otherwise press "\n+Enter", which Playwright cannot replay.

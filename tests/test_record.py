@@ -32,7 +32,7 @@ from qvl_agent.playwright.locate import Located
 from qvl_agent.playwright.recording import Reports, check_payload
 from qvl_agent.playwright.signing import signed
 from tests.conftest import ROOT
-from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT
+from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT, WINDOWED_ENV
 from tests.pages.server import PageServer
 from tests.support.heal_oracle import DomGroundingOracle, start
 
@@ -206,7 +206,9 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
 def start_recording(tmp_path: Path, url: str, *extra: str) -> subprocess.Popen:
     """`qvl-agent record` in its own process group, as a terminal's foreground job is; returns once it says
     it is recording (its capture script is in the page by then). Its stderr goes to record.err."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **ENV)
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **WINDOWED_ENV
+    )
     args = ["--url", url, "--export", str(tmp_path / "out.py"), "--trace-dir", str(tmp_path / "trace"), *extra]
     with open(tmp_path / "record.err", "w") as err:
         proc = subprocess.Popen(

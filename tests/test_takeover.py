@@ -28,7 +28,7 @@ from qvl_agent.parse import parse_actions
 from qvl_agent.takeover import TakeOver, what_the_person_did
 from qvl_agent.trace import TraceWriter, read_trace
 from tests.conftest import ROOT
-from tests.pages.helpers import ENV, call, to_grid
+from tests.pages.helpers import ENV, WINDOWED_ENV, call, to_grid
 from tests.pages.server import PageServer
 from tests.support.recording import RecordingExecutor
 from tests.test_record import PASSWORD, Person, centres, viewport_origin, wait_for
@@ -159,7 +159,9 @@ def _x(*args: str) -> None:
 def start_browse(tmp_path: Path, url: str, replies: list[str], task: str, *extra: str) -> subprocess.Popen:
     replay = tmp_path / "replies.json"
     replay.write_text(json.dumps(replies))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **ENV)
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", QVL_CONFIG_DIR=str(tmp_path / "config"), **WINDOWED_ENV
+    )
     args = ["--url", url, "--headed", "--engine", f"replay:{replay}", "--trace-dir", str(tmp_path / "trace"), *extra]
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
         proc = subprocess.Popen(

@@ -156,7 +156,8 @@ class BrowserExecutor:
         self._trace_path = None  # set once tracing runs: where close() saves it
         try:
             self._pw = sync_playwright().start()
-            self.executable = find_browser(browser, configured_browser, self._pw.chromium.executable_path)
+            bundled = self._pw.chromium.executable_path
+            self.executable = find_browser(browser, configured_browser, bundled, headless=headless)
             confined = {"proxy": {"server": self._proxy.url}} if self._proxy else {}
             args = [*CHROMIUM_ARGS, *(CONFINED_ARGS if self._proxy else ())]
             try:

@@ -88,7 +88,7 @@ def replay_command(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"Cannot make {output}: the folder {output.parent} does not exist.")
     if args.trace_dir and not args.heal:
         raise UsageError("--trace-dir only goes with --heal.")
-    browser = find_browser(args.browser, settings.browser)
+    browser = find_browser(args.browser, settings.browser, headless=True)  # the sandbox shows no window
     healing = None
     try:
         if args.heal:

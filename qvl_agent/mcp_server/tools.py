@@ -271,7 +271,7 @@ class ScreenTools:
                         f"replay does not reach {local} on this server: it only runs scripts for public web sites "
                         "unless the server was started with --allow-local-urls."
                     )
-        browser = find_browser(self.browser, self.settings.browser)
+        browser = find_browser(self.browser, self.settings.browser, headless=True)
         run_dir = default_trace_dir()
         run_dir.mkdir(mode=0o700, parents=True)
         path = run_dir / "script.py"

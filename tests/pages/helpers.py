@@ -18,17 +18,20 @@ from qvl_agent.scripts.write.policy import check_script
 from tests.conftest import run_cli
 
 
-def _chromium() -> str:
-    """The Chromium the product would launch ($QVL_BROWSER, else a system one), or "" when there is none."""
+def _chromium(headless: bool) -> str:
+    """The Chromium the product would launch for a run without or with a window ($QVL_BROWSER, else a
+    system one: a headless shell first where there is no window), or "" when there is none."""
     try:
-        return find_browser(None, os.environ.get("QVL_BROWSER", ""))
+        return find_browser(None, os.environ.get("QVL_BROWSER", ""), headless=headless)
     except BrowserError:
         return ""
 
 
-CHROMIUM = _chromium()
+CHROMIUM = _chromium(headless=True)
 VIEWPORT = (1280, 800)
 ENV = {"QVL_BROWSER": CHROMIUM}
+# Runs that show a window (browse --headed, record, take-over) need a full Chromium.
+WINDOWED_ENV = {"QVL_BROWSER": _chromium(headless=False)}
 
 
 def call(**arguments) -> str:
@@ -165,7 +168,7 @@ def measure_along(url: str, plan: list[tuple], viewport=VIEWPORT) -> dict:
 
 def browse(tmp_path: Path, url: str, replies: list[str], task: str, *extra: str):
     replay = write_replay(tmp_path / "replies.json", replies)
-    env = dict(ENV, QVL_CONFIG_DIR=str(tmp_path / "config"))
+    env = dict(WINDOWED_ENV if "--headed" in extra else ENV, QVL_CONFIG_DIR=str(tmp_path / "config"))
     return run_cli(
         "browse",
         "--url",
