@@ -14,6 +14,7 @@ the replay with one sentence before the step acts, and writes no healed script."
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,24 +147,46 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # as long as record_on_a, whose scripts name its port
 def server():
     srv = PageServer().start()
     yield srv
     srv.stop()
 
 
-def record_on_a(tmp_path, server: PageServer, case: Case) -> str:
-    """Record and export the run on version A; returns the page's URL."""
+def _record(folder: Path, server: PageServer, case: Case) -> str:
+    """Record and export the run on version A into `folder`; returns the page's URL."""
     server.site = "a"
     url = f"{server.url}/site/{case.page}.html"
     at = measure_along(url, case.plan)
     server.clear()
-    result = browse(tmp_path, url, case.replies(at), f"the {case.page} task")
+    result = browse(folder, url, case.replies(at), f"the {case.page} task")
     assert result.returncode == 0, result.stderr
     assert server.records(case.page) == [case.expected], "the run itself did not reach the end state on A"
-    exported(tmp_path)
+    exported(folder)
     return url
+
+
+@pytest.fixture(scope="session")
+def record_on_a(server, tmp_path_factory):
+    """`record_on_a(tmp_path, case)`: the script exported from the run on version A, as tmp_path/out.py;
+    returns the page's URL, with the server on version A. Each page's run is recorded once per session (a
+    browse and its browser cost more than any one replay of the script) and copied into each test's own
+    folder, where a replay writes beside it. Session-scoped, not module-scoped: pytest tears a module's
+    fixtures down whenever a worker turns to another module, and tests/conftest.py deals this module's slow
+    tests out among the others."""
+    scripts: dict[str, tuple[str, Path]] = {}
+
+    def record(tmp_path: Path, case: Case) -> str:
+        if case.page not in scripts:
+            folder = tmp_path_factory.mktemp(f"a-{case.page}")
+            scripts[case.page] = (_record(folder, server, case), folder / "out.py")
+        url, script = scripts[case.page]
+        shutil.copy2(script, tmp_path / "out.py")
+        server.site = "a"
+        return url
+
+    return record
 
 
 def replay(*args: str, tmp_path):
@@ -181,8 +204,8 @@ def healing(tmp_path, engine: str, script):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.page for c in CASES])
 @pytest.mark.slow
-def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case):
-    url = record_on_a(tmp_path, server, case)
+def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, record_on_a, case):
+    url = record_on_a(tmp_path, case)
     script = tmp_path / "out.py"
     original = script.read_text()
     server.site = "b"
@@ -232,9 +255,9 @@ def test_a_script_from_the_old_page_heals_on_the_new_one(tmp_path, server, case)
     assert server.records(case.page) == [case.expected]
 
 
-def test_a_heal_onto_an_element_of_another_role_stops_the_replay(tmp_path, server):
+def test_a_heal_onto_an_element_of_another_role_stops_the_replay(tmp_path, server, record_on_a):
     case = CASES[0]
-    url = record_on_a(tmp_path, server, case)
+    url = record_on_a(tmp_path, case)
     server.site = "b"
     oracle = DomGroundingOracle(url, {'the "Sign up" button': "#name"})  # the name field, not the button
     engine, httpd = start(oracle)
@@ -253,9 +276,9 @@ def test_a_heal_onto_an_element_of_another_role_stops_the_replay(tmp_path, serve
     assert "not healed" in report
 
 
-def test_a_point_on_no_element_stops_the_replay(tmp_path, server):
+def test_a_point_on_no_element_stops_the_replay(tmp_path, server, record_on_a):
     case = CASES[3]
-    url = record_on_a(tmp_path, server, case)
+    url = record_on_a(tmp_path, case)
     server.site = "b"
     oracle = DomGroundingOracle(url, {'the "Email" text field': [990, 990]})  # the bare page
     engine, httpd = start(oracle)
@@ -271,9 +294,9 @@ def test_a_point_on_no_element_stops_the_replay(tmp_path, server):
     assert not (tmp_path / "out.healed.py").exists()
 
 
-def test_a_script_that_needs_no_healing_asks_nothing(tmp_path, server):
+def test_a_script_that_needs_no_healing_asks_nothing(tmp_path, server, record_on_a):
     case = CASES[0]
-    url = record_on_a(tmp_path, server, case)
+    url = record_on_a(tmp_path, case)
     oracle = DomGroundingOracle(url, case.targets)  # still version A
     engine, httpd = start(oracle)
     try:
@@ -288,10 +311,10 @@ def test_a_script_that_needs_no_healing_asks_nothing(tmp_path, server):
     assert not (tmp_path / "out.healed.py").exists()
 
 
-def test_heal_with_the_replay_engine(tmp_path, server):
+def test_heal_with_the_replay_engine(tmp_path, server, record_on_a):
     """`--heal` takes any engine: here recorded replies (`replay:FILE`), the grounding answer first."""
     case = CASES[1]
-    record_on_a(tmp_path, server, case)
+    record_on_a(tmp_path, case)
     server.site = "b"
     at = measure_along(f"{server.url}/site/moved.html", [("measure", "li:nth-of-type(2) .star")])
     replies = tmp_path / "heal-replies.json"
@@ -304,7 +327,7 @@ def test_heal_with_the_replay_engine(tmp_path, server):
 
 
 @pytest.mark.slow
-def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
+def test_the_mcp_replay_tool_heals_on_request(tmp_path, server, record_on_a):
     """The MCP `replay` tool runs a script's text in the sandbox; with heal=true it comes back healed. As
     `browse`, it refuses a script for a local address unless the server was started with --allow-local-urls."""
     from qvl_agent.config import Settings
@@ -314,7 +337,7 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     from tests.pages.helpers import CHROMIUM
 
     case = CASES[0]
-    record_on_a(tmp_path, server, case)
+    record_on_a(tmp_path, case)
     recorded = (tmp_path / "out.py").read_text()
     # Each step waits 3 s, not the script's 30: the replay without heal fails on its broken step.
     script = recorded.replace('"--timeout", type=float, default=30,', '"--timeout", type=float, default=3,')
@@ -349,9 +372,9 @@ def test_the_mcp_replay_tool_heals_on_request(tmp_path, server):
     assert f"{heals.resolve()} " in listed, listed
 
 
-def test_an_earlier_healed_script_is_never_overwritten(tmp_path, server):
+def test_an_earlier_healed_script_is_never_overwritten(tmp_path, server, record_on_a):
     case = CASES[0]
-    url = record_on_a(tmp_path, server, case)
+    url = record_on_a(tmp_path, case)
     earlier = tmp_path / "out.healed.py"
     earlier.write_text("# my own edits\n")
     server.site = "b"
