@@ -32,7 +32,7 @@ from qvl_agent.playwright.locate import Located
 from qvl_agent.playwright.recording import Reports, check_payload
 from qvl_agent.playwright.signing import signed
 from tests.conftest import ROOT
-from tests.pages.helpers import CHROMIUM, ENV, VIEWPORT, WINDOWED_ENV
+from tests.pages.helpers import ENV, MEASURING, VIEWPORT, WINDOWED_ENV
 from tests.pages.server import PageServer
 from tests.support.heal_oracle import DomGroundingOracle, start
 
@@ -153,22 +153,26 @@ def viewport_origin(timeout: float = 30) -> tuple[int, int]:
 
 def centres(url: str, selectors: list[str], prepare: str = "") -> dict[str, tuple[float, float]]:
     """Each selector's box centre in CSS pixels, in the test's own headless Chromium (after `prepare`, a
-    selector clicked first to bring up what the person will see)."""
-    from playwright.sync_api import sync_playwright
+    selector clicked first to bring up what the person will see): in a context of its own (no cookie,
+    storage or cache shared) in the Chromium the browser tests measure pages in (tests/pages/helpers.py)."""
 
-    found = {}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM)
-        page = browser.new_page(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
-        page.goto(url)
-        if prepare:
-            page.route("**/record/**", lambda route: route.fulfill(status=204))
-            page.locator(prepare).click()
-        for selector in selectors:
-            box = page.locator(selector).bounding_box()
-            found[selector] = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-        browser.close()
-    return found
+    def measure(browser) -> dict[str, tuple[float, float]]:
+        found = {}
+        context = browser.new_context(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
+        try:
+            page = context.new_page()
+            page.goto(url)
+            if prepare:
+                page.route("**/record/**", lambda route: route.fulfill(status=204))
+                page.locator(prepare).click()
+            for selector in selectors:
+                box = page.locator(selector).bounding_box()
+                found[selector] = (box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        finally:
+            context.close()
+        return found
+
+    return MEASURING.run(measure)
 
 
 class Person:
