@@ -37,6 +37,7 @@ def conversation(tiny_model_dir, shot_png) -> tuple[str, list[dict]]:
 
 
 @pytest.mark.slow
+@pytest.mark.same_worker
 def test_follow_up_questions_one_conversation_with_stats(conversation, tiny_model_dir, shot_png):
     stdout, stats = conversation
     assert len(stats) == len(QUESTIONS)
@@ -63,6 +64,7 @@ def test_follow_up_questions_one_conversation_with_stats(conversation, tiny_mode
 
 
 @pytest.mark.slow
+@pytest.mark.same_worker
 def test_stats_report_drafted_tokens_and_QVL_SPECULATE_0_turns_drafting_off(conversation, tiny_model_dir, shot_png):
     fast, on = conversation
     plain, off = _ask(tiny_model_dir, shot_png, *QUESTIONS, speculate="0")

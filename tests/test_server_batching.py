@@ -87,6 +87,7 @@ def batched(tiny_model_dir, tmp_path_factory):
     assert stop_serve(proc) == 0
 
 
+@pytest.mark.same_worker
 def test_concurrent_clients_decode_together_and_each_gets_its_own_answer(alone, batched):
     clients = ROWS + QUEUE
     solo = asyncio.run(_all_at_once(alone, clients))
@@ -171,6 +172,7 @@ def test_serve_bench_refuses_bad_arguments_in_one_line(flag):
     assert r.returncode == 2 and "Traceback" not in r.stderr and flag[0] in r.stderr
 
 
+@pytest.mark.same_worker
 def test_a_burst_fills_every_row_and_the_queue_before_anyone_gets_429(batched):
     """`--max-batch 4 --max-queue 2`: four requests decode and two wait, so a burst of six clients all get
     their answer; only a seventh and later are told to retry."""
@@ -185,6 +187,7 @@ def test_a_burst_fills_every_row_and_the_queue_before_anyone_gets_429(batched):
     assert health["queue_depth"] == 0 and health["running"] == 0
 
 
+@pytest.mark.same_worker
 def test_short_requests_do_not_wait_for_a_reply_too_long_for_a_row(batched):
     """A request whose context plus max_tokens does not fit a batch row decodes alone, but the batch
     keeps stepping beside it: short requests sent meanwhile are answered before the long reply ends,
