@@ -38,15 +38,13 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from tests.support.live_server import start_serve, stop_serve  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # qvl_agent and tests.support, from a checkout
 
 FOLLOW_UP = "And what is the title of the window in front?"
 
 
 def screenshot_url(seed: int, width: int, height: int) -> str:
-    from qvl_agent.devtools.bench import ui_screenshot  # imports torch: only once the arguments are good
+    from qvl_agent.devtools.screens import ui_screenshot  # numpy: only once the arguments are good
 
     return "data:image/png;base64," + base64.b64encode(ui_screenshot(seed, width, height).to_png()).decode()
 
@@ -306,6 +304,8 @@ def main(argv=None) -> int:
         parser.error("give --model DIR or --shape SHAPE (to start a server) or --url")
     if args.shape and not args.model and not args.url:
         args.model = random_model(args.shape, args.device)
+    from tests.support.live_server import start_serve, stop_serve  # uvicorn: only once the arguments are good
+
     rows: list[dict] = []
     if args.url:
         rows += asyncio.run(bench(args.url, args.token, args, "?"))

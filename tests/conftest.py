@@ -69,23 +69,40 @@ def pytest_make_collect_report(collector):
 
 def pytest_collection_modifyitems(items):
     """Each worker's share starts with its part of the tests marked `slow`, dealt round, so no slow test is
-    left running alone at the end while the other workers idle.
+    left running alone at the end while the other workers idle. The slow tests of one module that are also
+    marked `same_worker` are dealt as one, in their order: they share a module-scoped fixture (a server, a
+    model's run), which each worker that runs one of them would otherwise build again.
 
     scripts/test schedules with pytest-xdist's `worksteal`: the collected tests are cut into one share per
     worker, in order and evenly, and a worker that runs out takes half of what is left of the longest share,
     from its end. The shares are laid out here to match that cut; every worker computes the same order."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    slow = [item for item in items if item.get_closest_marker("slow")]
+    slow = _dealt_together([item for item in items if item.get_closest_marker("slow")])
     rest = [item for item in items if not item.get_closest_marker("slow")]
     ordered, left = [], len(items)
     for worker in range(workers):
         size = left // (workers - worker)  # the size of this worker's first share, as worksteal cuts it
         left -= size
-        share = slow[worker::workers]
+        share = [item for unit in slow[worker::workers] for item in unit]
         fill = max(0, size - len(share))
         ordered += share + rest[:fill]
         rest = rest[fill:]
     items[:] = ordered + rest
+
+
+def _dealt_together(slow: list) -> list[list]:
+    """The slow tests as units to deal: one test each, but all the `same_worker` tests of a module in one."""
+    units: list[list] = []
+    modules: dict = {}
+    for item in slow:
+        if not item.get_closest_marker("same_worker"):
+            units.append([item])
+        elif item.path in modules:
+            modules[item.path].append(item)
+        else:
+            modules[item.path] = [item]
+            units.append(modules[item.path])
+    return units
 
 
 _WORKER_DISPLAY: VirtualDisplay | None = None

@@ -18,23 +18,29 @@ def shot_png(tmp_path_factory):
     return path
 
 
-@pytest.mark.slow
-def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
-    r = run_cli(
-        "ask",
-        "--model",
-        str(tiny_model_dir),
-        "--image",
-        str(shot_png),
-        "--stats",
-        "--max-new-tokens",
-        "24",
-        "What is this?",
-        "And the title?",
-    )
+QUESTIONS = ("What is this?", "What is this?", "And again?")  # the repeated question's answer can be drafted
+
+
+def _ask(tiny_model_dir, shot_png, *questions: str, speculate: str) -> tuple[str, list[dict]]:
+    """`ask --stats` about the 1080p screenshot: (the answers, one stats object per turn)."""
+    r = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--stats", "--max-new-tokens", "40",
+                *questions, env={"QVL_SPECULATE": speculate})  # fmt: skip
     assert r.returncode == 0, r.stderr
-    stats = [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
-    assert len(stats) == 2
+    assert "Traceback" not in r.stderr
+    return r.stdout, [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def conversation(tiny_model_dir, shot_png) -> tuple[str, list[dict]]:
+    """Three questions in one `ask`, drafting on (the default)."""
+    return _ask(tiny_model_dir, shot_png, *QUESTIONS, speculate="1")
+
+
+@pytest.mark.slow
+@pytest.mark.same_worker
+def test_follow_up_questions_one_conversation_with_stats(conversation, tiny_model_dir, shot_png):
+    stdout, stats = conversation
+    assert len(stats) == len(QUESTIONS)
     for s in stats:
         assert set(s) >= {
             "preprocess_ms",
@@ -46,28 +52,22 @@ def test_two_questions_one_conversation_with_stats(tiny_model_dir, shot_png):
             "decode_tokens_per_s",
             "total_ms",
         }
-    assert stats[0]["vision"] == "miss" and stats[1]["vision"] == "hit"
-    assert stats[1]["prefill_tokens"] < stats[0]["prefill_tokens"] / 10
+    assert [s["vision"] for s in stats] == ["miss", "hit", "hit"]
+    assert all(s["prefill_tokens"] < stats[0]["prefill_tokens"] / 10 for s in stats[1:])
     assert stats[0]["prefill_tokens"] > 2040  # the 1080p screenshot's 2040 visual tokens were prefilled
     assert all(s["decode_tokens"] >= 1 for s in stats)
-    assert "Traceback" not in r.stderr
     # Greedy decoding: asked alone, the first question gets the very answer it got in the conversation.
-    alone = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--max-new-tokens", "24",
-                    "What is this?")  # fmt: skip
+    alone = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--max-new-tokens", "40",
+                    QUESTIONS[0])  # fmt: skip
     assert alone.returncode == 0 and alone.stdout.strip(), alone.stderr
-    assert r.stdout.startswith(alone.stdout) and len(r.stdout) > len(alone.stdout)
+    assert stdout.startswith(alone.stdout) and len(stdout) > len(alone.stdout)
 
 
 @pytest.mark.slow
-def test_stats_report_drafted_tokens_and_QVL_SPECULATE_0_turns_drafting_off(tiny_model_dir, shot_png):
-    def ask(speculate: str):
-        r = run_cli("ask", "--model", str(tiny_model_dir), "--image", str(shot_png), "--stats", "--max-new-tokens",
-                    "40", "What is this?", "What is this?", "And again?", env={"QVL_SPECULATE": speculate})  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        return r.stdout, [json.loads(line) for line in r.stderr.splitlines() if line.startswith("{")]
-
-    fast, on = ask("1")
-    plain, off = ask("0")
+@pytest.mark.same_worker
+def test_stats_report_drafted_tokens_and_QVL_SPECULATE_0_turns_drafting_off(conversation, tiny_model_dir, shot_png):
+    fast, on = conversation
+    plain, off = _ask(tiny_model_dir, shot_png, *QUESTIONS, speculate="0")
     assert fast == plain and fast.strip()  # drafting changes how many forwards run, never the answer
     assert len(on) == len(off) == 3
     assert all(0 <= s["draft_accepted"] < s["decode_tokens"] for s in on)

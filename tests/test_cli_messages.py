@@ -1,6 +1,6 @@
 """Small things a new user meets from the command line: the line `serve` prints when it is ready, what
-`browse --headed` and `trace report --open` say when there is no display or browser, how `doctor` names the
-configured engine, and the token the serve benchmark uses."""
+`browse --headed` and `trace report --open` say when there is no display or browser, and the token the serve
+benchmark uses. (How `doctor` names the configured engine: tests/test_doctor.py.)"""
 
 from __future__ import annotations
 
@@ -122,32 +122,3 @@ def test_trace_report_open_without_a_browser_says_so_and_still_writes_the_report
     assert done.stderr.strip().splitlines() == [
         f"qvl-agent: no web browser could be started here; open {report} in one yourself."
     ]
-
-
-def _engine_line(stdout: str) -> str:
-    return next(line for line in stdout.splitlines() if "  engine: " in line)
-
-
-def test_doctor_describes_the_configured_engine(tmp_path):
-    env = dict(NO_DISPLAY, QVL_CONFIG_DIR=str(tmp_path / "config"))
-    replay = tmp_path / "replies.json"
-    replay.write_text("[]")
-    out = run_cli("doctor", "--engine", f"replay:{replay}", env=env)
-    assert _engine_line(out.stdout) == f"ok    engine: replay file {replay} (recorded replies, no model)"
-
-    model = tmp_path / "my-model"
-    model.mkdir()
-    out = run_cli("doctor", "--engine", "local", "--model", str(model), "--device", "cpu", env=env)
-    assert _engine_line(out.stdout) == f"ok    engine: local model folder {model} on device cpu"
-
-    out = run_cli("doctor", "--engine", "local", "--model", "someone/a-model", env=dict(env, QVL_DEVICE="auto"))
-    line = _engine_line(out.stdout)
-    assert "local model someone/a-model on device auto" in line and "CPU" in line
-
-    url = "http://127.0.0.1:9/v1"
-    env["QVL_API_KEY"] = "sk-secret-do-not-print"
-    out = run_cli("doctor", "--engine", f"openai:{url}", "--model", "served-model", env=env)
-    assert _engine_line(out.stdout) == (
-        f"ok    engine: remote OpenAI-compatible server {url}, model served-model, with an API key"
-    )
-    assert "sk-secret-do-not-print" not in out.stdout + out.stderr

@@ -1,18 +1,72 @@
-"""`qvl-agent doctor` as a person runs it: what it finds, the fixes it prints, and its exit code."""
+"""`qvl-agent doctor` as a person runs it: what it finds, the fixes it prints, and its exit code.
+
+Doctor reports every problem of a machine in one run, so the tests that look for different problems of one
+machine read the same run (a module fixture): one on a machine with no display (a Wayland session without
+XWayland), no browser and no bubblewrap, one with a model that is not downloaded, one with a model server
+that is down."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from tests.conftest import run_cli
 from tests.support.paths import path_without
 
+SECRET_KEY = "sk-secret-do-not-print"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 @pytest.fixture
 def config_env(tmp_path):
     return {"QVL_CONFIG_DIR": str(tmp_path / "config")}
+
+
+@pytest.fixture(scope="module")
+def broken_machine(tmp_path_factory) -> tuple[str, subprocess.CompletedProcess]:
+    """(the replay engine, doctor's run) on a Wayland session without XWayland, with QVL_BROWSER naming a
+    browser that does not exist and no bubblewrap on PATH."""
+    folder = tmp_path_factory.mktemp("broken-machine")
+    replay = folder / "r.json"
+    replay.write_text(json.dumps(["hi"]))
+    env = {
+        "QVL_CONFIG_DIR": str(folder / "config"),
+        "DISPLAY": "",
+        "WAYLAND_DISPLAY": "wayland-0",
+        "QVL_BROWSER": str(folder / "no-chromium"),
+        "PATH": path_without("bwrap", folder),
+    }
+    return f"replay:{replay}", run_cli("doctor", "--engine", f"replay:{replay}", env=env)
+
+
+@pytest.fixture(scope="module")
+def not_downloaded(tmp_path_factory) -> subprocess.CompletedProcess:
+    """doctor for a Hugging Face model id that is not in the cache, with no network, on device auto."""
+    folder = tmp_path_factory.mktemp("not-downloaded")
+    env = {"QVL_CONFIG_DIR": str(folder / "config"), "HF_HOME": str(folder / "hf"), "HF_HUB_OFFLINE": "1",
+           "QVL_DEVICE": "auto"}  # fmt: skip
+    return run_cli("doctor", "--engine", "local", "--model", "someone/not-cached-model", env=env)
+
+
+@pytest.fixture(scope="module")
+def server_down(tmp_path_factory) -> tuple[str, subprocess.CompletedProcess]:
+    """(the URL, doctor's run) for a remote engine, with an API key, whose server is not running."""
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    env = {"QVL_CONFIG_DIR": str(tmp_path_factory.mktemp("server-down") / "config"), "QVL_API_KEY": SECRET_KEY}
+    return url, run_cli("doctor", "--engine", f"openai:{url}", "--model", "served-model", env=env)
+
+
+def _engine_line(stdout: str) -> str:
+    return next(line for line in stdout.splitlines() if "  engine: " in line)
 
 
 @pytest.mark.display
@@ -34,6 +88,7 @@ def test_all_good_on_a_desktop_with_a_tray_and_a_local_model(x_display, tiny_mod
     assert "FAIL" not in out.stdout
     assert f"X11 {x_display}" in out.stdout
     assert str(tiny_model_dir) in out.stdout
+    assert _engine_line(out.stdout) == f"ok    engine: local model folder {tiny_model_dir} on device cpu"
     assert "All checks passed." in out.stdout
     # Which wall holds a sandbox's memory here: the test machines run as root with cgroup v1 mounted.
     sandbox = next(line for line in lines if "script sandbox:" in line)
@@ -60,15 +115,8 @@ def test_without_a_display_or_a_model_each_problem_gets_a_fix(tmp_path, config_e
     assert "problem(s): display" in text
 
 
-def test_a_browser_that_does_not_exist_is_reported(tmp_path, config_env):
-    replay = tmp_path / "r.json"
-    replay.write_text(json.dumps(["hi"]))
-    out = run_cli(
-        "doctor",
-        "--engine",
-        f"replay:{replay}",
-        env={**config_env, "DISPLAY": "", "QVL_BROWSER": str(tmp_path / "no-chromium")},
-    )
+def test_a_browser_that_does_not_exist_is_reported(broken_machine):
+    _, out = broken_machine
     assert out.returncode == 1
     assert "FAIL  browser:" in out.stdout and "no-chromium" in out.stdout
     assert "ok    model: replay engine" in out.stdout
@@ -89,42 +137,26 @@ def test_wayland_explains_what_works_under_xwayland(x_display, tmp_path, config_
     assert out.returncode == 0, out.stdout  # it works, with limits
 
 
-def test_wayland_without_xwayland_fails_with_the_reason(tmp_path, config_env):
-    out = run_cli(
-        "doctor",
-        "--engine",
-        "replay:/nonexistent.json",
-        env={**config_env, "DISPLAY": "", "WAYLAND_DISPLAY": "wayland-0"},
-    )
+def test_wayland_without_xwayland_fails_with_the_reason(broken_machine):
+    _, out = broken_machine
     assert out.returncode == 1
     assert "Wayland session without XWayland" in out.stdout
     assert "enable XWayland" in out.stdout
 
 
-def test_a_missing_bubblewrap_is_reported_with_the_package_to_install(tmp_path, config_env):
-    replay = tmp_path / "r.json"
-    replay.write_text("[]")
-    env = {**config_env, "PATH": path_without("bwrap", tmp_path), "DISPLAY": ""}
-    out = run_cli("doctor", "--engine", f"replay:{replay}", env=env)
+def test_a_missing_bubblewrap_is_reported_with_the_package_to_install(broken_machine):
+    _, out = broken_machine
     assert out.returncode == 1
     line = next(line for line in out.stdout.splitlines() if "script sandbox:" in line)
     assert line.startswith("FAIL") and "bubblewrap" in line
     assert "fix: apt install bubblewrap" in out.stdout
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_an_unreachable_remote_engine_fails_and_a_live_one_passes(tmp_path, config_env):
+def test_an_unreachable_remote_engine_fails_and_a_live_one_passes(server_down, config_env):
     import http.server
     import threading
 
-    down = run_cli("doctor", "--engine", f"openai:http://127.0.0.1:{_free_port()}", env=config_env)
+    _, down = server_down
     assert down.returncode == 1
     assert "FAIL  model: Cannot connect to the model server" in down.stdout and "is it running?" in down.stdout
 
@@ -155,15 +187,28 @@ def test_an_unknown_engine_is_flagged(config_env):
     assert "FAIL  model: unknown engine 'ollama'" in out.stdout and "openai:URL" in out.stdout
 
 
-def test_the_download_hint_is_a_command_that_exists(tmp_path, config_env):
-    out = run_cli("doctor", "--engine", "local", "--model", "someone/not-cached-model",
-                  env={**config_env, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})  # fmt: skip
-    assert "hf download someone/not-cached-model --local-dir DIR" in out.stdout
-    assert "huggingface-cli" not in out.stdout
+def test_the_download_hint_is_a_command_that_exists(not_downloaded):
+    assert "hf download someone/not-cached-model --local-dir DIR" in not_downloaded.stdout
+    assert "huggingface-cli" not in not_downloaded.stdout
 
 
-def test_a_missing_model_names_the_replay_engine_as_the_way_to_try_without_weights(tmp_path, config_env):
-    out = run_cli("doctor", "--engine", "local", "--model", "someone/not-cached-model",
-                  env={**config_env, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})  # fmt: skip
-    fix = next(line for line in out.stdout.splitlines() if "hf download someone/not-cached-model" in line)
+def test_a_missing_model_names_the_replay_engine_as_the_way_to_try_without_weights(not_downloaded):
+    fix = next(line for line in not_downloaded.stdout.splitlines() if "hf download someone/not-cached-model" in line)
     assert "--engine replay:FILE" in fix and "docs/engine.md" in fix
+
+
+def test_doctor_describes_the_configured_engine(broken_machine, not_downloaded, server_down):
+    """The `engine:` line names what the model commands will use, and never the API key (a local model
+    folder's line is checked in the all-good test)."""
+    replay, out = broken_machine
+    path = replay.removeprefix("replay:")
+    assert _engine_line(out.stdout) == f"ok    engine: replay file {path} (recorded replies, no model)"
+
+    line = _engine_line(not_downloaded.stdout)
+    assert "local model someone/not-cached-model on device auto" in line and "CPU" in line
+
+    url, out = server_down
+    assert _engine_line(out.stdout) == (
+        f"ok    engine: remote OpenAI-compatible server {url}, model served-model, with an API key"
+    )
+    assert SECRET_KEY not in out.stdout + out.stderr

@@ -57,9 +57,12 @@ async def _all_at_once(url: str, n: int) -> list[httpx.Response]:
         return await asyncio.gather(*(http.post(url + "/v1/chat/completions", json=_body(i)) for i in range(n)))
 
 
-def _serve(tiny_model_dir, tmp_path_factory, max_batch: str):
+ROWS, QUEUE = 4, 2  # the shared batched server's --max-batch and --max-queue
+
+
+def _serve(tiny_model_dir, tmp_path_factory, max_batch: str, *more: str):
     config = tmp_path_factory.mktemp(f"serve-batch-{max_batch}")
-    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", max_batch)
+    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", max_batch, *more)
     url, proc, printed = start_serve(*args, config_dir=config, token=TOKEN)
     # The person is told how many requests will decode together.
     said = {"1": "Batching: off (--max-batch 1)", "4": "Batching: up to 4 requests decode together."}
@@ -67,39 +70,51 @@ def _serve(tiny_model_dir, tmp_path_factory, max_batch: str):
     return url, proc
 
 
-def test_concurrent_clients_decode_together_and_each_gets_its_own_answer(tiny_model_dir, tmp_path_factory):
-    clients = 6
+@pytest.fixture(scope="module")
+def alone(tiny_model_dir, tmp_path_factory):
+    """`serve --max-batch 1`: one request generates at a time."""
     url, proc = _serve(tiny_model_dir, tmp_path_factory, "1")
-    try:
-        alone = asyncio.run(_all_at_once(url, clients))
-        metrics = httpx.get(url + "/metrics", headers=HEADERS).text
-    finally:
-        assert stop_serve(proc) == 0
-    reference = [_reply(r) for r in alone]
+    yield url
+    assert stop_serve(proc) == 0
+
+
+@pytest.fixture(scope="module")
+def batched(tiny_model_dir, tmp_path_factory):
+    """`serve --max-batch 4 --max-queue 2`: four requests decode together and two more may wait. The tests of
+    this module share it; each one waits for all its answers, so the next finds nothing running."""
+    url, proc = _serve(tiny_model_dir, tmp_path_factory, str(ROWS), "--max-queue", str(QUEUE))
+    yield url
+    assert stop_serve(proc) == 0
+
+
+@pytest.mark.same_worker
+def test_concurrent_clients_decode_together_and_each_gets_its_own_answer(alone, batched):
+    clients = ROWS + QUEUE
+    solo = asyncio.run(_all_at_once(alone, clients))
+    metrics = httpx.get(alone + "/metrics", headers=HEADERS).text
+    reference = [_reply(r) for r in solo]
     assert all(stats["decode_batch"] == 1.0 for _, stats in reference)  # batching off: one at a time
-    assert all(r.headers.get("x-qvl-decode-batch") in (None, "1.0") for r in alone)
+    assert all(r.headers.get("x-qvl-decode-batch") in (None, "1.0") for r in solo)
     assert "qvl_decode_batch_size" not in metrics
 
-    url, proc = _serve(tiny_model_dir, tmp_path_factory, "4")
-    try:
-        together = asyncio.run(_all_at_once(url, clients))
-        metrics = httpx.get(url + "/metrics", headers=HEADERS).text
-        again = [
-            _reply(httpx.post(url + "/v1/chat/completions", json=_body(i), headers=HEADERS, timeout=120))
-            for i in (0, 3)
-        ]
-    finally:
-        assert stop_serve(proc) == 0
-    batched = [_reply(r) for r in together]
-    for i, ((text, stats), (ref_text, ref_stats)) in enumerate(zip(batched, reference, strict=True)):
+    together = asyncio.run(_all_at_once(batched, clients))
+    metrics = httpx.get(batched + "/metrics", headers=HEADERS).text
+    again = [
+        _reply(httpx.post(batched + "/v1/chat/completions", json=_body(i), headers=HEADERS, timeout=120))
+        for i in (0, 3)
+    ]
+    replies = [_reply(r) for r in together]
+    for i, ((text, stats), (ref_text, ref_stats)) in enumerate(zip(replies, reference, strict=True)):
         assert text == ref_text, f"client {i}: its batched reply differs from its reply alone"
         assert stats["decode_tokens"] == ref_stats["decode_tokens"]
-        assert stats["decode_batch_max"] <= 4  # never more rows than --max-batch
-    assert max(stats["decode_batch_max"] for _, stats in batched) >= 2, "no two requests ever decoded together"
-    for response, (_, stats) in zip(together, batched, strict=True):
+        assert stats["decode_batch_max"] <= ROWS  # never more rows than --max-batch
+    assert max(stats["decode_batch_max"] for _, stats in replies) >= 2, "no two requests ever decoded together"
+    for response, (_, stats) in zip(together, replies, strict=True):
         if not response.headers["content-type"].startswith("text/event-stream"):
             assert float(response.headers["x-qvl-decode-batch"]) == stats["decode_batch"]
 
+    # Counted since the server started, so with the other tests' steps too: some steps had company, none had
+    # more than --max-batch rows, and nothing is left decoding or waiting.
     lines = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("qvl_")}
     steps = lines["qvl_decode_batch_size_count"]
     alone_steps = lines['qvl_decode_batch_size_bucket{le="1"}']
@@ -157,33 +172,27 @@ def test_serve_bench_refuses_bad_arguments_in_one_line(flag):
     assert r.returncode == 2 and "Traceback" not in r.stderr and flag[0] in r.stderr
 
 
-def test_a_burst_fills_every_row_and_the_queue_before_anyone_gets_429(tiny_model_dir, tmp_path_factory):
-    """`--max-batch 2 --max-queue 1`: two requests decode and one waits, so a burst of three clients all
-    get their answer; only a fourth and later are told to retry."""
-    config = tmp_path_factory.mktemp("serve-burst")
-    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", "2", "--max-queue", "1")
-    url, proc = start_serve(*args, config_dir=config, token=TOKEN)[:2]
-    try:
-        for _ in range(3):  # a burst at a server with nothing running, three times
-            burst = asyncio.run(_all_at_once(url, 3))
-            assert [r.status_code for r in burst] == [200, 200, 200], [r.text[:200] for r in burst]
-        crowd = asyncio.run(_all_at_once(url, 8))
-        codes = [r.status_code for r in crowd]
-        assert set(codes) <= {200, 429} and codes.count(200) >= 3, codes
-        assert all(int(r.headers["Retry-After"]) >= 1 for r in crowd if r.status_code == 429)
-        health = httpx.get(url + "/health").json()
-        assert health["queue_depth"] == 0 and health["running"] == 0
-    finally:
-        assert stop_serve(proc) == 0
+@pytest.mark.same_worker
+def test_a_burst_fills_every_row_and_the_queue_before_anyone_gets_429(batched):
+    """`--max-batch 4 --max-queue 2`: four requests decode and two wait, so a burst of six clients all get
+    their answer; only a seventh and later are told to retry."""
+    for _ in range(3):  # a burst at a server with nothing running, three times
+        burst = asyncio.run(_all_at_once(batched, ROWS + QUEUE))
+        assert [r.status_code for r in burst] == [200] * (ROWS + QUEUE), [r.text[:200] for r in burst]
+    crowd = asyncio.run(_all_at_once(batched, 2 * (ROWS + QUEUE)))
+    codes = [r.status_code for r in crowd]
+    assert set(codes) <= {200, 429} and codes.count(200) >= ROWS + QUEUE, codes
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in crowd if r.status_code == 429)
+    health = httpx.get(batched + "/health").json()
+    assert health["queue_depth"] == 0 and health["running"] == 0
 
 
-def test_short_requests_do_not_wait_for_a_reply_too_long_for_a_row(tiny_model_dir, tmp_path_factory):
+@pytest.mark.same_worker
+def test_short_requests_do_not_wait_for_a_reply_too_long_for_a_row(batched):
     """A request whose context plus max_tokens does not fit a batch row decodes alone, but the batch
     keeps stepping beside it: short requests sent meanwhile are answered before the long reply ends,
     and the long reply is the one it gets with nobody else there."""
-    config = tmp_path_factory.mktemp("serve-long")
-    args = ("--model", str(tiny_model_dir), "--device", "cpu", "--max-batch", "3")
-    url, proc = start_serve(*args, config_dir=config, token=TOKEN)[:2]
+    url = batched
     long_body = {
         "messages": [{"role": "user", "content": "describe " * 3000}],  # 3,000 tokens + 1,200: no row holds it
         "max_tokens": 1200,
@@ -214,10 +223,7 @@ def test_short_requests_do_not_wait_for_a_reply_too_long_for_a_row(tiny_model_di
             return shorts, long_done_before, httpx.Response(status, text=text, headers=_SSE)
 
     shorts, long_done_before, long_response = asyncio.run(scenario())
-    try:
-        alone = httpx.post(url + "/v1/chat/completions", json=long_body, headers=HEADERS, timeout=300)
-    finally:
-        assert stop_serve(proc) == 0
+    alone = httpx.post(url + "/v1/chat/completions", json=long_body, headers=HEADERS, timeout=300)
     assert [r.status_code for r in shorts] == [200, 200]
     assert not long_done_before, "the short requests waited for the whole long reply"
     text, stats = _reply(long_response)

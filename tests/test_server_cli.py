@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import stat
+from pathlib import Path
 
 import httpx
 
@@ -59,6 +60,22 @@ def test_token_from_the_environment_wins(tmp_path):
         assert (
             httpx.get(url + "/v1/models", headers={"Authorization": "Bearer env-token-0123456789"}).status_code == 200
         )
+    finally:
+        assert stop_serve(proc) == 0
+
+
+def test_a_replay_engine_answers_without_loading_torch(tmp_path):
+    """Only a local model needs torch: a server in front of recorded replies (or of another server) starts
+    and answers in a moment. Checked on the running process, after it has answered."""
+    url, proc, _ = start_serve("--engine", replay_file(tmp_path), config_dir=tmp_path, token=LONG_TOKEN)
+    try:
+        r = httpx.post(
+            url + "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {LONG_TOKEN}"},
+            json={"messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert r.json()["choices"][0]["message"]["content"] == "First answer."
+        assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()
     finally:
         assert stop_serve(proc) == 0
 

@@ -21,7 +21,7 @@ from qvl_agent.engine.remote import RemoteEngine
 from qvl_agent.image import Screenshot
 from tests.support.live_server import start_serve, stop_serve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.same_worker]  # one server for the module
 TOKEN = "tiny-test-token-0123"
 
 

@@ -52,9 +52,6 @@ def _say(text: str) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from qvl_agent.engine import open_engine
-    from qvl_agent.mcp_server.server import build_server, serve_http
-    from qvl_agent.mcp_server.tools import ScreenTools
     from qvl_agent.server.auth import resolve_token
     from qvl_agent.server.listen import DEFAULT_MAX_CONNECTIONS, bind, browser_host, connection_cap, raise_fd_limit
 
@@ -65,6 +62,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         host, port = _host_port(args.http)
         token, token_note = resolve_token(settings.api_token, config_dir(), host, args.no_token)
         sock = bind(host, port)  # a busy port fails before the model loads
+    # The MCP SDK and the engine only once the flags, the token and the port are known to be good, so a mistake
+    # there is reported in a moment.
+    from qvl_agent.engine import open_engine
+    from qvl_agent.mcp_server.server import build_server, serve_http
+    from qvl_agent.mcp_server.tools import ScreenTools
+
     what = f"{settings.model} (local)" if settings.engine == "local" else settings.engine
     _say(f"Loading {what}...")
     engine = None

@@ -78,15 +78,19 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
         return False
 
 
+def _in_cache(model_id: str) -> bool:
+    """Whether the Hugging Face cache holds `model_id`'s config.json (without which nothing loads); True
+    when the id is not one the hub's cache can name, so that the loader's own error says what is wrong."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+    except ValueError:
+        return True
+
+
 def _load_pretrained(model_id: str, dtype: torch.dtype):
     """Model and processor from a directory or the Hugging Face cache, one readable error otherwise."""
-    from huggingface_hub.utils import logging as hub_logging
-    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # stderr belongs to --stats and to our own messages
-    hf_logging.set_verbosity_error()
-    hub_logging.set_verbosity_error()
     path = Path(model_id).expanduser()
     is_dir = path.is_dir()
     if not is_dir and (model_id.startswith((".", "/", "~")) or path.exists()):
@@ -96,6 +100,16 @@ def _load_pretrained(model_id: str, dtype: torch.dtype):
     source = str(path) if is_dir else model_id
     # The local cache first, then the network when there is one.
     attempts = [True] if is_dir else [True, False] if _hub_reachable() else [True]
+    if not is_dir and attempts == [True] and not _in_cache(model_id):
+        raise _not_downloaded(model_id)  # said before transformers is imported, which takes seconds
+
+    from huggingface_hub.utils import logging as hub_logging
+    from transformers import AutoProcessor, Qwen3VLForConditionalGeneration
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # stderr belongs to --stats and to our own messages
+    hf_logging.set_verbosity_error()
+    hub_logging.set_verbosity_error()
     last: Exception | None = None
     for local_only in attempts:
         try:
@@ -108,7 +122,11 @@ def _load_pretrained(model_id: str, dtype: torch.dtype):
             last = exc
     if is_dir:
         raise EngineError(f"{model_id} could not be loaded as a Qwen3-VL model ({last}).")
-    raise ModelNotFoundError(
+    raise _not_downloaded(model_id)
+
+
+def _not_downloaded(model_id: str) -> ModelNotFoundError:
+    return ModelNotFoundError(
         f"The model {model_id} is not in the Hugging Face cache and could not be downloaded; "
         f"download it where there is network ({download_command(model_id)}) and pass --model DIR or set QVL_MODEL=DIR."
     )

@@ -21,10 +21,10 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from fastapi import Request
+from starlette.requests import Request  # FastAPI's own, without importing FastAPI for a token check
 
 from qvl_agent.errors import ConfigError, UsageError
-from qvl_agent.server.protocol import ApiError
+from qvl_agent.server.api_error import ApiError
 
 TOKEN_FILE = "api_token"
 MIN_TOKEN_CHARS = 16

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from qvl_agent.engine.base import Engine, Session
-from qvl_agent.engine.decode import TextStream
+from qvl_agent.engine.text_stream import TextStream
 from qvl_agent.errors import GenerationCancelled
 from qvl_agent.server.pool import SessionPool
 from qvl_agent.server.protocol import ChatRequest
