@@ -55,6 +55,8 @@ def string_literal(text: str) -> str:
     """`text` as a double-quoted Python literal on one line (no placeholder handling)."""
     if not isinstance(text, str):
         raise UnsafeValue(f"A recorded value is not text: {type(text).__name__}.")
+    if text.isprintable():  # the common case, in C: only the quote and the backslash need escaping
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     out = []
     for ch in text:
         if ch in '"\\':
@@ -118,7 +120,10 @@ def lit(value) -> str:
 
 def comment_text(text) -> str:
     """`text` on one line, safe for a `#` comment or a terminal: every non-printable character escaped."""
-    return "".join(ch if ch.isprintable() else _escape(ch) for ch in str(text))
+    text = str(text)
+    if text.isprintable():  # the common case, in C
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
 
 
 def docstring_text(text: str) -> str:
@@ -140,13 +145,22 @@ def read_secrets(source: str) -> list[str]:
 
 def secrets_read_in(tree: ast.AST) -> list[str]:
     """`read_secrets` of a script already parsed."""
-    return sorted(
-        {
-            node.slice.value
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Subscript)
-            and isinstance(node.slice, ast.Constant)
-            and isinstance(node.slice.value, str)
-            and node.slice.value.startswith(ENV_PREFIX)
-        }
-    )
+    # Every node, as `ast.walk` visits them (in another order), with a stack and direct attribute reads
+    # instead of its generators: about twice as fast, and an export walks a script of hundreds of steps.
+    found = set()
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+            if isinstance(key, ast.Constant) and isinstance(key.value, str) and key.value.startswith(ENV_PREFIX):
+                found.add(key.value)
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        stack.append(item)
+            elif isinstance(value, ast.AST):
+                stack.append(value)
+    return sorted(found)
