@@ -45,6 +45,12 @@ def open_engine(settings: Settings, spec: str | None = None, notify: Callable[[s
 def _build(settings: Settings, spec: str | None) -> Engine:
     spec = spec or settings.engine
     if spec == "local":
+        if not settings.device.startswith("cuda"):
+            # A missing model is told before torch and transformers load (seconds of CPU). Only a CUDA
+            # device can fail before the loader looks at the model, so its error keeps coming first.
+            from qvl_agent.engine.model_dir import local_source
+
+            local_source(settings.model)
         from qvl_agent.engine.qwen3vl import Qwen3VLEngine
 
         return Qwen3VLEngine.load(settings.model, device=settings.device, settings=settings)

@@ -18,7 +18,6 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
@@ -33,6 +32,7 @@ from qvl_agent.engine.fast_step import supported as fast_step_supported
 from qvl_agent.engine.feature_cache import FeatureCache, Features, feature_key
 from qvl_agent.engine.kv_state import TurnLock
 from qvl_agent.engine.local_session import LocalSession
+from qvl_agent.engine.model_dir import local_source
 from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
 from qvl_agent.engine.speculate import skeleton_ids
 from qvl_agent.errors import EngineError, ModelNotFoundError
@@ -91,13 +91,7 @@ def _in_cache(model_id: str) -> bool:
 
 def _load_pretrained(model_id: str, dtype: torch.dtype):
     """Model and processor from a directory or the Hugging Face cache, one readable error otherwise."""
-    path = Path(model_id).expanduser()
-    is_dir = path.is_dir()
-    if not is_dir and (model_id.startswith((".", "/", "~")) or path.exists()):
-        raise ModelNotFoundError(f"The model directory {model_id} does not exist.")
-    if is_dir and not (path / "config.json").exists():
-        raise ModelNotFoundError(f"{model_id} does not hold a model (no config.json in it).")
-    source = str(path) if is_dir else model_id
+    source, is_dir = local_source(model_id)
     # The local cache first, then the network when there is one.
     attempts = [True] if is_dir else [True, False] if _hub_reachable() else [True]
     if not is_dir and attempts == [True] and not _in_cache(model_id):
