@@ -37,8 +37,11 @@ def served(tiny_model_dir, tmp_path_factory):
     assert stop_serve(proc) == 0
 
 
-@pytest.fixture()
-def page():
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module's tests, each in a context of its own (no cookie, storage or cache of
+    another test's). Module scope, not session: Playwright's sync API allows one instance per thread, and
+    other modules start their own."""
     from playwright.sync_api import sync_playwright
 
     from qvl_agent.playwright.chromium import find_browser
@@ -46,13 +49,19 @@ def page():
     with sync_playwright() as p:
         executable = find_browser(playwright_default=p.chromium.executable_path)
         browser = p.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context()
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        yield page
+        yield browser
         browser.close()
-        assert errors == []
+
+
+@pytest.fixture()
+def page(browser):
+    context = browser.new_context()
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield page
+    context.close()
+    assert errors == []
 
 
 def test_pick_ask_stream_and_follow_up_with_cached_features(served, page, tmp_path):
@@ -87,19 +96,26 @@ def test_pick_ask_stream_and_follow_up_with_cached_features(served, page, tmp_pa
     expect(second.locator(".stats")).to_contain_text("reused")  # prefill N tokens (M reused)
 
 
-def test_without_the_token_the_page_says_where_to_find_it(served, page):
+def test_without_the_token_the_page_says_where_to_find_it(page):
     from playwright.sync_api import expect
 
-    url, _ = served
-    for address in (url + "/", url + "/?token=wrong-token-0123456789"):
-        response = page.goto(address)
-        assert response.status == 401
-        expect(page.locator("h1")).to_have_text("This page needs the server's token")
-        text = page.locator("body").inner_text()
-        assert "qvl-agent serve" in text and "/?token=" in text and "api_token" in text
-        # A styled page, not a bare one: its card has a background and a border of its own.
-        card = page.locator("main").evaluate("e => getComputedStyle(e).borderTopStyle")
-        assert card == "solid"
+    from qvl_agent.config import Settings
+    from qvl_agent.engine.replay import ReplayEngine
+    from qvl_agent.server.app import create_app
+    from tests.support.live_server import LiveServer
+
+    # The server's app as `serve` builds it; the page it refuses with is the same whatever the model.
+    app = create_app(ReplayEngine([]), Settings(model="replayed"), token="token-page-test-token-0123")
+    with LiveServer(app) as url:
+        for address in (url + "/", url + "/?token=wrong-token-0123456789"):
+            response = page.goto(address)
+            assert response.status == 401
+            expect(page.locator("h1")).to_have_text("This page needs the server's token")
+            text = page.locator("body").inner_text()
+            assert "qvl-agent serve" in text and "/?token=" in text and "api_token" in text
+            # A styled page, not a bare one: its card has a background and a border of its own.
+            card = page.locator("main").evaluate("e => getComputedStyle(e).borderTopStyle")
+            assert card == "solid"
 
 
 ANSWER = """Here is **bold** and *italic* and `code`.
