@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from qvl_agent.playwright.chromium import find_browser
 from tests.conftest import run_cli
+from tests.pages.helpers import MEASURING
 from tests.support.screenspot_oracle import GroundingOracle, serve
 
 pytestmark = [pytest.mark.browser]
@@ -50,8 +50,6 @@ def _page_html(rng: random.Random, count: int, viewport: tuple[int, int]) -> tup
 def dataset(tmp_path_factory):
     """Both public layouts of the same 10 items: v2 (file + screenspotv2_image/) and Pro (annotations/ +
     images/<app>/)."""
-    from playwright.sync_api import sync_playwright
-
     root = tmp_path_factory.mktemp("screenspot")
     site = root / "site"
     site.mkdir()
@@ -69,41 +67,51 @@ def dataset(tmp_path_factory):
         ("127.0.0.1", 0), partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
     )
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=find_browser())
-        for name, viewport, platform, elements in specs:
-            page = browser.new_page(viewport={"width": viewport[0], "height": viewport[1]})
-            page.goto(f"http://127.0.0.1:{httpd.server_address[1]}/{name}.html")
-            png = page.screenshot()
-            (v2_dir / "screenspotv2_image" / f"{name}.png").write_bytes(png)
-            (pro_dir / "images" / f"app_{platform}").mkdir(parents=True, exist_ok=True)
-            (pro_dir / "images" / f"app_{platform}" / f"{name}.png").write_bytes(png)
-            for el in elements:
-                b = page.locator(f"#{el['id']}").bounding_box()
-                v2_items.append(
-                    {
-                        "img_filename": f"{name}.png",
-                        "bbox": [b["x"], b["y"], b["width"], b["height"]],
-                        "instruction": el["instruction"],
-                        "data_type": el["kind"],
-                        "data_source": platform,
-                    }
-                )
-                pro_items.append(
-                    {
-                        "img_filename": f"app_{platform}/{name}.png",
-                        "bbox": [b["x"], b["y"], b["x"] + b["width"], b["y"] + b["height"]],
-                        "img_size": list(viewport),
-                        "instruction": el["instruction"],
-                        "ui_type": el["kind"],
-                        "group": "Dev" if platform == "windows" else "Office",
-                        "platform": platform,
-                        "id": f"pro-{name}-{el['id']}",
-                    }
-                )
-            page.close()
-        browser.close()
-    httpd.shutdown()
+
+    def render(browser) -> list[tuple[bytes, list[dict]]]:
+        """Each page's screenshot and its elements' boxes, each page in a context of its own."""
+        shots = []
+        for name, viewport, _platform, elements in specs:
+            context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+            try:
+                page = context.new_page()
+                page.goto(f"http://127.0.0.1:{httpd.server_address[1]}/{name}.html")
+                shots.append((page.screenshot(), [page.locator(f"#{el['id']}").bounding_box() for el in elements]))
+            finally:
+                context.close()
+        return shots
+
+    try:
+        # In the Chromium the browser tests measure pages in (tests/pages/helpers.py), kept for the session.
+        shots = MEASURING.run(render)
+    finally:
+        httpd.shutdown()
+    for (name, viewport, platform, elements), (png, boxes) in zip(specs, shots, strict=True):
+        (v2_dir / "screenspotv2_image" / f"{name}.png").write_bytes(png)
+        (pro_dir / "images" / f"app_{platform}").mkdir(parents=True, exist_ok=True)
+        (pro_dir / "images" / f"app_{platform}" / f"{name}.png").write_bytes(png)
+        for el, b in zip(elements, boxes, strict=True):
+            v2_items.append(
+                {
+                    "img_filename": f"{name}.png",
+                    "bbox": [b["x"], b["y"], b["width"], b["height"]],
+                    "instruction": el["instruction"],
+                    "data_type": el["kind"],
+                    "data_source": platform,
+                }
+            )
+            pro_items.append(
+                {
+                    "img_filename": f"app_{platform}/{name}.png",
+                    "bbox": [b["x"], b["y"], b["x"] + b["width"], b["y"] + b["height"]],
+                    "img_size": list(viewport),
+                    "instruction": el["instruction"],
+                    "ui_type": el["kind"],
+                    "group": "Dev" if platform == "windows" else "Office",
+                    "platform": platform,
+                    "id": f"pro-{name}-{el['id']}",
+                }
+            )
     (v2_dir / "screenspot_web_v2.json").write_text(json.dumps(v2_items))
     (pro_dir / "annotations" / "apps.json").write_text(json.dumps(pro_items))
     return {"v2": v2_dir / "screenspot_web_v2.json", "pro": pro_dir, "v2_items": v2_items, "pro_items": pro_items}
