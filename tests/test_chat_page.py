@@ -9,7 +9,7 @@ from PIL import Image
 
 from tests.support.live_server import start_serve, stop_serve
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.same_worker]  # one Chromium for the module
 CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
