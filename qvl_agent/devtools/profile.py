@@ -46,7 +46,7 @@ HOST_PARTS = (
     ("graph replay / forward", "local_session.py", "_run_tokens"),
     ("chained steps + their sync", "local_session.py", "_run_chain"),
     ("token choice + sync", "local_session.py", "_choices"),
-    ("detokenise + stop check", "decode.py", "push"),
+    ("detokenise + stop check", "text_stream.py", "push"),
     ("drafting", "speculate.py", "propose"),
     ("KV bookkeeping", "kv_state.py", "trim"),
 )
