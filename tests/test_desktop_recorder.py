@@ -316,3 +316,36 @@ def test_presses_on_the_banner_are_no_steps_but_end_a_typing_run(tmp_path):
         {"action": "type", "text": "{{PASSWORD}}"},
     ]
     assert recorder.secrets.values == {"PASSWORD": "s3cr3t"}
+
+
+def test_a_tick_heard_before_the_banner_press_that_made_it_leaves_what_was_typed_before_in_the_open(tmp_path):
+    """On a busy machine the pointer's listener thread can stamp the press on the banner's box after the
+    banner has already said "private": the text typed before the tick is still written as typed, and only
+    what follows is kept out."""
+    from qvl_agent.act.desktop_recorder import _Event
+    from qvl_agent.image import Screenshot
+
+    trace = TraceWriter(tmp_path / "run")
+    trace.start(task="the person's turn", executor="desktop")
+    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
+    recorder = DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+    recorder.keep_out([Region(100, 0, 100, 30)])
+    now = time.monotonic()
+    written = _stamped_events(
+        recorder,
+        [
+            *[_Event("key", now + i / 1000, char=c) for i, c in enumerate("ada@example.org")],
+            _Event("private", now + 0.03, on=True),
+            _Event("press", now + 0.04, x=150, y=10, button="left"),  # the box's press, stamped late
+            _Event("release", now + 0.05, x=150, y=10, button="left"),
+            *[_Event("key", now + 0.06 + i / 1000, char=c) for i, c in enumerate("s3cr3t")],
+            _Event("scroll", now + 0.08, x=120, y=20, dy=-1),
+        ],
+    )
+    trace.close()
+    assert [r["actions"][0] for r in written] == [
+        {"action": "type", "text": "ada@example.org"},
+        {"action": "type", "text": "{{PASSWORD}}"},
+    ]
+    assert recorder.secrets.values == {"PASSWORD": "s3cr3t"}
+    assert b"s3cr3t" not in (tmp_path / "run" / "trace.jsonl").read_bytes()

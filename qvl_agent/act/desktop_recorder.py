@@ -25,7 +25,10 @@ areas given to `keep_out` (the pause's own banner).
 Private typing: while `mark_private(True)` (and for a typing run that starts while the focused widget is a
 password field, where AT-SPI says so), the characters are kept in memory only: they become a secret
 (`PASSWORD`, `PASSWORD_2`, ...) added to `secrets`, and the trace holds its placeholder `{{PASSWORD}}`.
-Marking a run private while it is being typed makes the whole run private (it was not written yet). Every
+Marking a run private while it is being typed makes the whole run private (it was not written yet), unless
+the banner's own press ends that run next: the tick was that press's doing, heard first because a busy
+listener thread stamped the press late, and what was typed before it is written as typed, as it would be had
+the press been heard in time. Every
 record passes `secrets.mask` before it is written, so a value the run already knows is masked too.
 `typed` says, per type step, which parts are secrets, as the exporter takes it (`Secrets.segments`).
 
@@ -95,6 +98,7 @@ class _Step:
     keys: list[str] = field(default_factory=list)
     amount: int = 0  # wheel clicks
     private: bool = False
+    marked: bool = False  # marked private while being typed (private unless the banner's press ends it next)
     button: str = ""  # the mouse button a click holds down until `released`
     released: bool = True
 
@@ -289,8 +293,8 @@ class DesktopRecorder:
     def _mark(self, event: _Event) -> None:
         step = self._pending
         if event.on and step is not None and step.kind == "type":
-            step.private = True  # typed before the mark but not written yet: kept out as well
-        elif not event.on and step is not None and step.kind == "type" and step.private:
+            step.marked = True  # typed before the mark but not written yet: kept out as well
+        elif not event.on and step is not None and step.kind == "type" and (step.private or step.marked):
             self._finish()
         self._private = event.on
 
@@ -299,6 +303,7 @@ class DesktopRecorder:
         if not any(area.contains(event.x, event.y) for area in self._kept_out):
             return False
         if self._pending is not None and self._pending.kind == "type":
+            self._pending.marked = False  # a tick heard before this press was this press's doing
             self._finish()
         return True
 
@@ -423,9 +428,10 @@ class DesktopRecorder:
     def _action(self, step: _Step, n: int) -> tuple[A.Action | None, dict]:
         """The step as the model's action, and its result's detail (what the desktop executor puts there)."""
         if step.kind == "type":
-            text = self._keep_private(step.text) if step.private else step.text
+            private = step.private or step.marked
+            text = self._keep_private(step.text) if private else step.text
             self.typed[n, 0] = self.secrets.segments(self.secrets.mask(text))
-            return A.Type(text), {"text": text, **({"private": True} if step.private else {})}
+            return A.Type(text), {"text": text, **({"private": True} if private else {})}
         if step.kind == "key":
             return A.Key(tuple(step.keys)), {"keys": list(step.keys)}
         points = [_grid(p, step.shot) for p in step.pixels]
