@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from qvl_agent import capture
-from qvl_agent.act.desktop_recorder import DesktopRecorder
+from qvl_agent.act.desktop_recorder import DesktopRecorder, _Event
 from qvl_agent.image import Region
 from qvl_agent.report import write_report
 from qvl_agent.secrets import Secrets
@@ -255,6 +255,16 @@ def test_what_the_person_did_is_one_observation_for_desktop_and_browser_steps():
     assert many.endswith("; and 3 more steps.")
 
 
+def _fed_recorder(tmp_path) -> tuple[TraceWriter, DesktopRecorder]:
+    """A run's trace and a recorder whose screen is a blank 200x100 picture, for `_stamped_events`."""
+    from qvl_agent.image import Screenshot
+
+    trace = TraceWriter(tmp_path / "run")
+    trace.start(task="the person's turn", executor="desktop")
+    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
+    return trace, DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+
+
 def _stamped_events(recorder: DesktopRecorder, events) -> list[dict]:
     """Feed events straight to the recorder's worker (no listeners, no display) and stop it."""
     recorder._start_worker()
@@ -264,13 +274,7 @@ def _stamped_events(recorder: DesktopRecorder, events) -> list[dict]:
 
 
 def test_events_heard_on_two_threads_are_written_in_the_order_they_were_heard(tmp_path):
-    from qvl_agent.act.desktop_recorder import _Event
-    from qvl_agent.image import Screenshot
-
-    trace = TraceWriter(tmp_path / "run")
-    trace.start(task="the person's turn", executor="desktop")
-    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
-    recorder = DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+    trace, recorder = _fed_recorder(tmp_path)
     now = time.monotonic()
     # The keyboard's thread got its events onto the queue before the pointer's, though they came later.
     written = _stamped_events(
@@ -290,13 +294,7 @@ def test_events_heard_on_two_threads_are_written_in_the_order_they_were_heard(tm
 
 
 def test_presses_on_the_banner_are_no_steps_but_end_a_typing_run(tmp_path):
-    from qvl_agent.act.desktop_recorder import _Event
-    from qvl_agent.image import Screenshot
-
-    trace = TraceWriter(tmp_path / "run")
-    trace.start(task="the person's turn", executor="desktop")
-    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
-    recorder = DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+    trace, recorder = _fed_recorder(tmp_path)
     recorder.keep_out([Region(100, 0, 100, 30)])
     now = time.monotonic()
     written = _stamped_events(
@@ -322,13 +320,7 @@ def test_a_tick_heard_before_the_banner_press_that_made_it_leaves_what_was_typed
     """On a busy machine the pointer's listener thread can stamp the press on the banner's box after the
     banner has already said "private": the text typed before the tick is still written as typed, and only
     what follows is kept out."""
-    from qvl_agent.act.desktop_recorder import _Event
-    from qvl_agent.image import Screenshot
-
-    trace = TraceWriter(tmp_path / "run")
-    trace.start(task="the person's turn", executor="desktop")
-    shot = Screenshot(bytes(4 * 200 * 100), 200, 100, "BGRA")
-    recorder = DesktopRecorder(trace, Secrets({}), first_step=1, grab=lambda monitor=None: shot)
+    trace, recorder = _fed_recorder(tmp_path)
     recorder.keep_out([Region(100, 0, 100, 30)])
     now = time.monotonic()
     written = _stamped_events(
