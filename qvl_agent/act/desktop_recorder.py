@@ -28,8 +28,8 @@ password field, where AT-SPI says so), the characters are kept in memory only: t
 Marking a run private while it is being typed makes the whole run private (it was not written yet), unless
 the banner's own press ends that run next: the tick was that press's doing, heard first because a busy
 listener thread stamped the press late, and what was typed before it is written as typed, as it would be had
-the press been heard in time. Every
-record passes `secrets.mask` before it is written, so a value the run already knows is masked too.
+the press been heard in time. Every record passes `secrets.mask` before it is written, so a value the run
+already knows is masked too.
 `typed` says, per type step, which parts are secrets, as the exporter takes it (`Secrets.segments`).
 
 pynput is imported in `start()`: importing it without a display raises.
