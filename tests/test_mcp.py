@@ -10,6 +10,7 @@ import json
 import os
 import queue
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -350,6 +351,17 @@ def test_bad_usage_is_one_sentence_and_exit_2(tmp_path, args, message):
     done = run_cli("mcp", "--engine", "replay:/nonexistent.json", *args, env=_env(tmp_path), timeout=60)
     assert done.returncode == 2
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bad_engine_is_told_before_a_busy_port(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        done = run_cli("mcp", "--engine", "openai:ftp://x", "--http", f"127.0.0.1:{port}", env=_env(tmp_path))
+        assert done.returncode == 2 and "needs an http:// or https:// URL" in done.stderr, done.stderr
+        done = run_cli("mcp", "--engine", "replay:/nonexistent.json", "--http", f"127.0.0.1:{port}", env=_env(tmp_path))
+        assert done.returncode == 2 and "/nonexistent.json" in done.stderr and "Cannot listen" not in done.stderr
 
 
 def test_arguments_that_fail_the_schema_are_one_sentence_naming_the_argument(tmp_path):

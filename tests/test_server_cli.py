@@ -116,14 +116,20 @@ def test_a_busy_port_and_bad_flags_are_one_sentence(tmp_path):
             replay_file(tmp_path),
             env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN},
         )
-    assert result.returncode == 2
-    assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+        assert result.returncode == 2
+        assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+        result = run_cli(
+            "serve",
+            "--port",
+            str(port),
+            "--engine",
+            "openai:ftp://x",
+            env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN},
+        )
+        # A bad flag is told before the port is tried: its own sentence, even where the port is busy.
+        assert result.returncode == 2 and "needs an http:// or https:// URL" in result.stderr, result.stderr
     result = run_cli("serve", "--port", "70000", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN})
     assert result.returncode == 2 and "--port must be from 0 to 65535" in result.stderr
-    result = run_cli(
-        "serve", "--engine", "openai:ftp://x", env={"QVL_CONFIG_DIR": str(tmp_path), "QVL_API_TOKEN": LONG_TOKEN}
-    )
-    assert result.returncode == 2 and "needs an http:// or https:// URL" in result.stderr
 
 
 def test_a_token_file_readable_by_others_is_made_private_with_a_notice(tmp_path):

@@ -19,6 +19,7 @@ import sys
 
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import Settings, config_dir
+from qvl_agent.engine import check_engine
 from qvl_agent.errors import UsageError
 
 
@@ -57,11 +58,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.no_token and not args.http:
         raise UsageError("--no-token only applies with --http (stdio needs no token).")
-    sock = token = None
-    if args.http:
-        host, port = _host_port(args.http)
-        token, token_note = resolve_token(settings.api_token, config_dir(), host, args.no_token)
-        sock = bind(host, port)  # a busy port fails before the model loads
+    address = _host_port(args.http) if args.http else None
+    token = None
+    if address:
+        token, token_note = resolve_token(settings.api_token, config_dir(), address[0], args.no_token)
+    check_engine(settings)  # a bad --engine is its own sentence, never "port busy" nor a load that fails
+    sock = bind(*address) if address else None  # a busy port fails before the model loads
     # The MCP SDK and the engine only once the flags, the token and the port are known to be good, so a mistake
     # there is reported in a moment.
     from qvl_agent.engine import open_engine
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             _say(f"MCP server on stdio; {actions}.")
             mcp.run("stdio")
         else:
+            host = address[0]
             base = f"http://{browser_host(host)}:{sock.getsockname()[1]}/mcp"
             cap = connection_cap(DEFAULT_MAX_CONNECTIONS, raise_fd_limit())
             serve_http(mcp, sock, host, token, lambda: _say(f"{token_note}\nMCP endpoint: {base} ({actions})"), cap)

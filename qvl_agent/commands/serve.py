@@ -19,6 +19,7 @@ from pathlib import Path
 
 from qvl_agent.cli import add_engine_args
 from qvl_agent.config import DEFAULT_MODEL, MAX_BATCH, Settings, config_dir
+from qvl_agent.engine import check_engine
 from qvl_agent.errors import UsageError
 from qvl_agent.server.listen import DEFAULT_MAX_CONNECTIONS, bind, browser_host, connection_cap, raise_fd_limit
 
@@ -97,6 +98,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         token, token_note = None, f"API tokens of {len(users)} users from {args.tokens_file}."
     else:
         token, token_note = resolve_token(settings.api_token, config_dir(), args.host, args.no_token)
+    check_engine(settings)  # a bad --engine is its own sentence, never "port busy" nor a load that fails
     sock = bind(args.host, args.port)
     max_connections = connection_cap(args.max_connections, raise_fd_limit())
     # The heavy imports (uvicorn, the engine, torch) only once the flags, the token and the port are known

@@ -67,14 +67,19 @@ def _build(settings: Settings, spec: str | None) -> Engine:
 
 def check_engine(settings: Settings) -> None:
     """What can be told about the engine in milliseconds, without loading a model: a replay file that is
-    missing or holds no replies, an engine kind qvl-agent does not know. Commands call it before they make
-    a run folder, so bad input is one sentence and no "failed to start" run."""
+    missing or holds no replies, a server URL that is not http(s), an engine kind qvl-agent does not know.
+    Commands call it before they make a run folder or take a port, so bad input is one sentence and no
+    "failed to start" run."""
     spec = settings.engine
     if spec.startswith("replay:"):
         from qvl_agent.engine.replay import ReplayEngine
 
         ReplayEngine.from_file(spec.removeprefix("replay:"))
-    elif spec != "local" and not spec.startswith("openai:"):
+    elif spec.startswith("openai:"):
+        from qvl_agent.engine.api_url import normalize_url
+
+        normalize_url(spec.removeprefix("openai:"))
+    elif spec != "local":
         raise UsageError(f"Unknown engine {spec!r}: use local, replay:FILE or openai:URL.")
 
 

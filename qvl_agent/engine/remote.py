@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 import openai
 
 from qvl_agent.config import DEFAULT_MODEL
+from qvl_agent.engine.api_url import normalize_url
 from qvl_agent.engine.base import Engine, GenerationOptions, Session, TurnStats
 from qvl_agent.errors import GenerationCancelled, RemoteEngineError
 from qvl_agent.image import Screenshot
@@ -33,14 +34,6 @@ from qvl_agent.image import Screenshot
 STAT_FIELDS = ("preprocess_ms", "vision_ms", "prefill_tokens", "prompt_tokens", "cached_tokens")
 MIN_DECODE_INTERVAL_S = 0.005  # first-to-last chunk gaps shorter than this are a burst, not a decode rate
 MAX_RETRIES = 2  # the client's own: connection failures, 408/429/5xx, with backoff and Retry-After
-
-
-def normalize_url(url: str) -> str:
-    """The API base ending in /v1: `http://host:8000`, `.../v1` and `.../v1/` all name the same server."""
-    url = url.strip().rstrip("/")
-    if not url.startswith(("http://", "https://")):
-        raise RemoteEngineError(f"--engine openai:URL needs an http:// or https:// URL, not {url!r}.")
-    return url if url.endswith("/v1") else url + "/v1"
 
 
 class RemoteEngine(Engine):
