@@ -263,12 +263,14 @@ def test_a_recorded_task_replays_keeps_the_password_out_and_heals(x_display, tmp
         person.click(form["#pw"])
         person.type(PASSWORD)
         person.click((form["label:has(#remember)"][0] + 30, form["label:has(#remember)"][1]))  # the label's text
+        shown, asked = len(server.records("orders-shown")), len(server.records("asked"))  # the measuring's own
         person.click(form["#go"])
         wait_for(lambda: server.records("signin"), "the sign-in to post")
-        time.sleep(1.5)  # the orders page loads
+        wait_for(lambda: len(server.records("orders-shown")) > shown, "the orders page to be painted", 60)
         person.click(row["tr:nth-of-type(2) button"])
+        wait_for(lambda: len(server.records("asked")) > asked, "the question to be painted", 60)
         person.click(dialog["#yes"])
-        wait_for(lambda: server.records("cancel"), "the cancel to post")
+        wait_for(lambda: server.records("cancel"), "the cancel to post", 60)
         time.sleep(0.5)
     finally:
         if proc.poll() is None:
@@ -351,7 +353,8 @@ def test_closing_the_window_ends_the_recording_with_its_export(x_display, tmp_pa
     try:
         person = Person(viewport_origin())
         person.click(at[tip_button], hold=0)  # pressed and let go at once
-        time.sleep(1.5)  # the row goes (late, when the recorder held the click): the form moves up
+        # the row goes (late, when the recorder held the click): the form moves up
+        wait_for(lambda: server.records("tip-gone"), "the tip's row to go", 60)
         person.click(at["#city"])
         person.type("Oslo")
         _key("Tab")
@@ -419,9 +422,11 @@ def test_a_tab_the_person_opened_is_a_popup_in_the_script(x_display, tmp_path, s
         person.click(link["#q"])
         person.type("tea")
         _key("Return")  # submits the search: the page navigates before the recorder could read the field
-        time.sleep(1.5)
+        wait_for(lambda: server.records("results-shown"), "the search's results to be painted", 60)
+        shown = len(server.records("prefs-shown"))  # the measuring's own
         person.click(link["#open"])
-        time.sleep(2.0)  # the new tab opens in the same window, its viewport where the first one's was
+        # the new tab opens in the same window, its viewport where the first one's was
+        wait_for(lambda: len(server.records("prefs-shown")) > shown, "the new tab to be painted", 60)
         person.click(at["#city"])
         person.type("Rome")
         person.click(at["#save"])

@@ -152,9 +152,10 @@ def test_a_form_a_row_and_its_confirm_replay_and_heal(x_display, tmp_path, serve
         person.click((form["label:has(#news)"][0] + 30, form["label:has(#news)"][1]))  # the label's text
         person.click(form["#pw"])
         person.type(PASSWORD)
+        shown = len(server.records("rows-shown"))  # the measuring's own
         person.click(form["#go"])
         wait_for(lambda: server.records("account"), "the form to post")
-        time.sleep(1.5)  # the orders page loads
+        wait_for(lambda: len(server.records("rows-shown")) > shown, "the orders page to be painted", 60)
         person.click(row["tr:nth-of-type(2) button"])  # order #1002's Delete: the page asks with confirm()
         time.sleep(1.5)  # the browser's own dialog is up, over the page
         assert server.records("rows") == []  # nothing answered it for the person
