@@ -167,6 +167,11 @@ async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
     rates = [r.stream_rate for r in good if r.stream_rate is not None]
     ttfts = [r.ttft for r in firsts if r.ttft is not None]
     follow_ttfts = [r.ttft for r in follows if r.ttft is not None]
+
+    def server_p50(key: str) -> float | None:  # the server's own account of the first turns (its `qvl` stats)
+        values = [float(r.stats[key]) for r in firsts if key in r.stats]
+        return round(statistics.median(values), 1) if values else None
+
     return {
         "clients": clients,
         "requests": len(replies),
@@ -178,6 +183,12 @@ async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
         "ttft_ms_p50": round(statistics.median(ttfts) * 1000, 1) if ttfts else None,
         "ttft_ms_p95": round(percentile(ttfts, 0.95) * 1000, 1) if ttfts else None,
         "follow_up_ttft_ms_p50": round(statistics.median(follow_ttfts) * 1000, 1) if follow_ttfts else None,
+        # Where a first token's time went, by the server: waiting for a generation slot, decoding the
+        # image, the vision tower, and the engine's own first token (its turn queued, prefilled, first pick).
+        "server_queue_ms_p50": server_p50("queue_ms"),
+        "preprocess_ms_p50": server_p50("preprocess_ms"),
+        "vision_ms_p50": server_p50("vision_ms"),
+        "engine_ttft_ms_p50": server_p50("ttft_ms"),
         "follow_up_cached_tokens_min": min((int(r.stats.get("cached_tokens", 0)) for r in follows), default=0),
         "slowest_reply_s": round(max((r.done - r.sent for r in replies), default=0), 3),
         "decode_batch_mean": round(statistics.mean([float(r.stats.get("decode_batch", 1)) for r in good] or [1]), 2),
@@ -207,6 +218,13 @@ def print_round(max_batch: str, row: dict) -> None:
         f"| batch {row['decode_batch_mean']:.1f} | lost {row['lost']} mixed {row['mixed']}/{row['checked']}",
         flush=True,
     )
+    if row["engine_ttft_ms_p50"] is not None:
+        print(
+            f"  first token by the server, p50: queue {_ms(row['server_queue_ms_p50'])} ms, image "
+            f"{_ms(row['preprocess_ms_p50'])} ms, vision {_ms(row['vision_ms_p50'])} ms, engine (queued + "
+            f"prefilled + first pick) {_ms(row['engine_ttft_ms_p50'])} ms",
+            flush=True,
+        )
     if row["textless"]:
         print(
             f"  {row['textless']} of {row['requests']} replies had tokens but no text, so their first token cannot "
@@ -218,8 +236,24 @@ def print_round(max_batch: str, row: dict) -> None:
         print(f"  {row['one_chunk']} replies came in one chunk: the server did not stream them.", flush=True)
 
 
+async def until_compiled(url: str, token: str, args, limit_s: float = 420) -> None:
+    """Short requests until the server's decode path is no longer being compiled in the background (its
+    `qvl` stats say "compiled", or why not), so the rounds time what a warm server runs."""
+    t0 = time.perf_counter()
+    body = first_question(0, screenshot_url(10_000, *args.screen), 4, True)
+    path = ""
+    async with httpx.AsyncClient(timeout=900, headers={"Authorization": f"Bearer {token}"}) as http:
+        while time.perf_counter() - t0 < limit_s:
+            path = str((await stream(http, url, body)).stats.get("decode_path", ""))
+            if not path.startswith("compiling"):
+                break
+            await asyncio.sleep(2)
+    print(f"decode path: {path or 'not reported'} (waited {time.perf_counter() - t0:.1f} s)", flush=True)
+
+
 async def bench(url: str, token: str, args, max_batch: str) -> list[dict]:
     url = url.rstrip("/")
+    await until_compiled(url, token, args)
     await round_of(url, token, 1, args, seed=10_000)  # warm-up: not counted
     rows = []
     for k, clients in enumerate(args.clients):

@@ -82,3 +82,28 @@ def test_a_turn_that_fits_a_long_row_but_not_a_short_one_runs_alone_exactly(shor
     reply = s.complete(ask.text, options=ask.options)
     assert s.last_stats.decode_path != "batched"
     assert ([reply], list(s.context.ids)) == _alone(alone, ask)
+
+
+def test_a_model_the_batched_step_does_not_compute_exactly_runs_without_batching_and_says_why(tiny_model_dir, tmp_path):
+    """The batched step is the fused one (SiLU MLPs, no biases): for any other decoder layer it would give
+    other numbers, so batching stays off, `serve` says why, and turns still answer alone."""
+    import json
+    import shutil
+
+    from qvl_agent.commands.serve import batching_note
+
+    model = tmp_path / "gelu-model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    config["text_config"]["hidden_act"] = "gelu_pytorch_tanh"
+    (model / "config.json").write_text(json.dumps(config))
+    e = Qwen3VLEngine.load(str(model), device="cpu", settings=Settings(max_batch=4))
+    try:
+        assert e.batcher is None
+        assert "does not compute this model's layers exactly (activation gelu_pytorch_tanh)" in batching_note(e, 4)
+        ask = Ask(_shot(64, 64, 90), "What is here?", _fixed(6))
+        session = ask.open(e)
+        session.complete(ask.text, options=ask.options)
+        assert session.last_stats.decode_tokens == 6 and session.last_stats.decode_path != "batched"
+    finally:
+        e.close()

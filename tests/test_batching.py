@@ -399,7 +399,7 @@ def test_a_prompt_longer_than_a_chunk_is_prefilled_between_the_others_steps(engi
     long_prompt = Ask(_shot(96, 96, 70), "Read all of this: " + "word " * 120, _fixed(10))
     other = Ask(_shot(64, 64, 71), "Keep talking.", _fixed(120))
     a, b = other.open(engine), long_prompt.open(engine)
-    passes: list[tuple[int, int]] = []  # (rows, tokens) of each pass through the first layer
+    passes: list[tuple[int, int]] = []  # (rows, tokens) of each prefill pass and batched step, in order
     layer = engine.model.model.language_model.layers[0].input_layernorm
     saved = engine.batcher.prefill_chunk
     engine.batcher.prefill_chunk = 16
@@ -407,6 +407,13 @@ def test_a_prompt_longer_than_a_chunk_is_prefilled_between_the_others_steps(engi
     lead.start()
     lead.paused.wait(TIMEOUT)
     hook = layer.register_forward_pre_hook(lambda m, args: passes.append(tuple(args[0].shape[:2])))
+    step = engine.batcher.step
+
+    def logged_step(tokens):  # the batched step runs the fused weights, not the layer's modules
+        passes.append((len(tokens), 1))
+        return step(tokens)
+
+    engine.batcher.step = logged_step
     try:
         late = Reader(b, long_prompt)
         late.start()
@@ -415,6 +422,7 @@ def test_a_prompt_longer_than_a_chunk_is_prefilled_between_the_others_steps(engi
         replies = [late.reply(), lead.reply()]
     finally:
         hook.remove()
+        engine.batcher.step = step
         engine.batcher.prefill_chunk = saved
     assert [replies[0]] == _alone(alone, long_prompt)[0] and [replies[1]] == _alone(alone, other)[0]
     stats = b.last_stats
@@ -449,6 +457,34 @@ def test_a_short_request_is_prefilled_between_the_chunks_of_longer_prompts_not_a
         engine.batcher.prefill_chunk = saved
     assert first_tokens[0] == 3, first_tokens  # the short one, though it arrived last
     assert all(sessions[n].last_stats.prefill_tokens > 8 * 16 for n in range(3))  # the long ones: 8+ chunks
+    for ask, reply in zip(asks, replies, strict=True):
+        assert [reply] == _alone(alone, ask)[0]
+
+
+def test_prompts_alike_get_their_first_tokens_in_the_order_they_came_not_all_at_the_end(engine, alone):
+    """Three long prompts of the same size arrive together: the first is prefilled to its first token
+    and streams while the others are prefilled, one after the other (taking turns would give all three
+    their first token only once all were prefilled); every reply is exactly the one it gets alone."""
+    asks = [Ask(_shot(64, 64, 90 + n), "Read all of this: " + "word " * 150, _fixed(n)) for n in (150, 30, 30)]
+    sessions = [a.open(engine) for a in asks]
+    saved = engine.batcher.prefill_chunk
+    engine.batcher.prefill_chunk = 16
+    readers = [Reader(s, a) for s, a in zip(sessions, asks, strict=True)]
+    try:
+        with step_log(engine) as log:
+            with model_busy(engine, len(readers)):
+                for n, r in enumerate(readers, start=1):
+                    r.start()
+                    _wait_until(lambda n=n: engine.batcher.waiting == n, "each arriving after the one before")
+            replies = [r.reply() for r in readers]
+    finally:
+        engine.batcher.prefill_chunk = saved
+    first, second, third = (s.id for s in sessions)
+    joined = [next(i for i, ids in enumerate(log) if s in ids) for s in (first, second, third)]
+    assert joined[0] < joined[1] < joined[2], joined
+    chunks = sessions[2].last_stats.prefill_tokens // 16
+    # The first streamed all through the third's prefill: a step of its own between every two chunks.
+    assert sum(first in ids for ids in log[joined[1] : joined[2]]) >= chunks, (joined, chunks)
     for ask, reply in zip(asks, replies, strict=True):
         assert [reply] == _alone(alone, ask)[0]
 

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 from qvl_agent.engine.base import GenerationOptions
+from qvl_agent.engine.batch_kv import BatchKV
+from qvl_agent.engine.batch_step import BatchStep
 from qvl_agent.engine.cuda_graphs import KVSlot
 from qvl_agent.engine.fast_step import FastStep, fuse_weights, supported
 from qvl_agent.engine.qwen3vl import DECODE_STEPS, Qwen3VLEngine
@@ -100,6 +102,35 @@ def test_the_fast_step_gives_transformers_logits_and_fusing_changes_no_weight(fu
     logits = torch.cat([step(IDS[:, i : i + 1], POS[:, :, i : i + 1], view)[:, -1] for i in range(20)])
     torch.testing.assert_close(logits, before, rtol=1e-4, atol=1e-4)  # teacher-forced, token by token
     assert int(slot.cache.layers[-1].cumulative_length) == 20  # every layer's length advanced once a step
+
+
+@pytest.mark.parametrize("attention", ["gqa", "packed"])
+@torch.inference_mode()
+def test_the_batched_step_gives_every_row_transformers_logits(fused, attention):
+    """Three conversations of different lengths decode together in rows 0, 2 and 3 (row 1 idle, written
+    only at its scratch position), teacher-forced token by token: each row's logits are those of one full
+    forward over its own conversation, through the same fused pieces as the single stream's step."""
+    model, layers, before = fused
+    kv = BatchKV(model, 4, 64, torch.device("cpu"), torch.float32)
+    step = BatchStep(model, kv, layers, attention=attention)
+    conversations = {0: IDS[0], 2: IDS[0, 7:], 3: torch.flip(IDS[0, :11], [0])}
+    rows = [kv.take(f"s{n}") for n in range(4)]
+    kv.give_back(rows[1])
+    full = {
+        r: model(input_ids=ids.view(1, -1), position_ids=POS[:, :, : len(ids)]).logits[0]
+        for r, ids in conversations.items()
+    }
+    assert torch.equal(full[0], before)
+    got: dict[int, list] = {r: [] for r in conversations}
+    for i in range(20):
+        tokens = {r: (int(ids[i]), i) for r, ids in conversations.items() if i < len(ids)}
+        logits = step(tokens)
+        for r in tokens:
+            got[r].append(logits[r])
+    for r, ids in conversations.items():
+        torch.testing.assert_close(torch.stack(got[r]), full[r], rtol=1e-4, atol=1e-4)
+        assert kv.rows[r].length == len(ids)
+    assert kv.rows[1].length == 0 and not kv.layers[0][0][1, :, :-1].any()  # the idle row: scratch only
 
 
 def test_an_unknown_attention_variant_is_refused(tiny_model_dir):

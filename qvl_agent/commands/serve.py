@@ -165,6 +165,10 @@ def batching_note(engine, max_batch: int) -> str:
     if max_batch == 1:
         return "Batching: off (--max-batch 1): one request generates at a time."
     if rows == 1:
+        from qvl_agent.engine.fast_step import supported
+
+        if why := supported(engine.model):
+            return f"Batching: off: the batched step does not compute this model's layers exactly ({why})."
         return "Batching: off: batch_memory_mb, or the memory left after loading the model, holds no two rows of KV."
     fewer = f" ({max_batch} asked; batch_memory_mb and the free memory hold {rows})" if rows < max_batch else ""
     return f"Batching: up to {rows} requests decode together{fewer}."

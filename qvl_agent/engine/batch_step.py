@@ -1,19 +1,21 @@
 """One decode step for many conversations at once: each row of a `BatchKV` appends one token at its
 own position, and every row's logits come back from one pass over the weights.
 
-The arithmetic is the model's own modules (norms, projections, q/k-norm, transformers' M-RoPE, MLP), in
-the order transformers' decoder layer runs them. What differs is only how a row's K/V is written and
-read, since rows hold conversations of different lengths:
+The arithmetic is the single stream's fused step (`fast_step.pieces`: q/k/v and gate/up each one matrix
+product over the weights `fuse_weights` concatenated, the norms, RoPE and SiLU between them), for `n` rows
+instead of one. What differs is only how a row's K/V is written and read, since rows hold conversations
+of different lengths:
 
 - the new K/V is written at each row's own length (`keys[row, :, at[row]]`);
-- attention masks each row to its own positions, with the query heads of a group as the rows of one
-  query on their K/V head (no K/V copy for grouped-query attention; the variant the fp32 GPU check
-  passed for the single-stream step);
+- attention masks each row to its own positions and reads each K/V head once for the query heads of its
+  group (SDPA's `enable_gqa`, or the query heads as the rows of one query: the step's `attention`);
 - rows that are not decoding run too (the step has a fixed number of rows) and write their K/V at the
   row's scratch position, the last one, which no conversation uses.
 
 On a GPU each (rows, KV view) pair is captured once as a CUDA graph for the row buckets 1, 2, 4 ... 64
-and the shortest KV view that holds every decoding row, so a step is one replay whatever the batch.
+and the shortest KV view that holds every decoding row, so a step is one replay whatever the batch; and
+once the compiled pieces are built in the background (`compiled_decode.py`), `use_pieces` captures the
+graphs again over them.
 """
 
 from __future__ import annotations
@@ -23,20 +25,21 @@ import torch.nn.functional as F
 
 from qvl_agent.engine.batch_kv import BatchKV
 from qvl_agent.engine.cuda_graphs import KVSlot
+from qvl_agent.engine.fast_step import LayerWeights, Pieces, pieces
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
 class BatchStep:
-    def __init__(self, model, kv: BatchKV):
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb
-
+    def __init__(self, model, kv: BatchKV, layers: list[LayerWeights], attention: str = "gqa"):
         text = model.config.get_text_config()
-        self.model, self.kv = model, kv
+        self.kv, self.layers = kv, layers
         self.lm = model.model.language_model
-        self.rope = apply_rotary_pos_emb
-        self.hd = text.head_dim
-        self.heads, self.kv_heads = text.num_attention_heads, text.num_key_value_heads
+        self.norm = self.lm.norm.weight.detach()
+        self.head = model.lm_head.weight.detach()
+        self.scale = self.lm.layers[0].self_attn.scaling
+        self.attention = attention
+        self.pieces = pieces(text, attention)
         rows = len(kv.rows)
         self.buckets = tuple(b for b in BUCKETS if b < rows) + (rows,)
         self.spans = tuple(s for s in KVSlot.SPANS if s < kv.row_tokens) + (kv.row_tokens,)
@@ -59,28 +62,34 @@ class BatchStep:
 
     def forward(self, rows: int, span: int) -> torch.Tensor:
         """The step over the first `rows` rows and KV view `span`, from the input buffers: logits `[rows, V]`."""
-        n, hd, lm = rows, self.hd, self.lm
+        n, p = rows, self.pieces
         ids, pos, at = self.ids[:n], self.pos[:, :n], self.at[:n]
-        h = lm.embed_tokens(ids)  # [n, 1, H]
-        cos, sin = lm.rotary_emb(h, pos)
+        h = self.lm.embed_tokens(ids)  # [n, 1, H]
+        cos, sin = self.lm.rotary_emb(h, pos)
         mask = (self._ranges[span] <= at.view(n, 1)).view(n, 1, 1, span)
         index = self._rows[n]
-        for (keys, values), layer in zip(self.kv.layers, lm.layers, strict=True):
-            a = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = a.q_norm(a.q_proj(x).view(n, 1, -1, hd)).transpose(1, 2)
-            k = a.k_norm(a.k_proj(x).view(n, 1, -1, hd)).transpose(1, 2)
-            v = a.v_proj(x).view(n, 1, -1, hd).transpose(1, 2)
-            q, k = self.rope(q, k, cos, sin)
+        for (keys, values), w in zip(self.kv.layers, self.layers, strict=True):
+            q, k, v = p.attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
             keys[index, :, at] = k[:, :, 0]
             values[index, :, at] = v[:, :, 0]
-            grouped = q.reshape(n, self.kv_heads, self.heads // self.kv_heads, hd)
             o = F.scaled_dot_product_attention(
-                grouped, keys[:n, :, :span], values[:n, :, :span], attn_mask=mask, scale=a.scaling
+                q,
+                keys[:n, :, :span],
+                values[:n, :, :span],
+                attn_mask=mask,
+                scale=self.scale,
+                enable_gqa=self.attention == "gqa",
             )
-            h = h + a.o_proj(o.reshape(n, 1, self.heads * hd))
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
-        return self.model.lm_head(lm.norm(h))[:, 0]
+            h = p.attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
+        return p.final(h, self.norm, self.head)[:, 0]
+
+    def use_pieces(self, compiled: Pieces) -> None:
+        """Run on `compiled` pieces (the same arithmetic, compiled) from now on: on a GPU the graphs are
+        captured again over them. Call between two steps."""
+        self.pieces = compiled
+        if self.graphs:
+            self.graphs.clear()  # before capturing: the old graphs' memory goes back first
+            self.capture()
 
     @torch.inference_mode()
     def capture(self) -> None:

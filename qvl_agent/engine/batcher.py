@@ -4,11 +4,13 @@ One thread (`qvl-batch`) owns the model while any batched turn is in flight (it 
 lock meanwhile). Each pass of its loop:
 
 1. admits waiting turns while a `BatchKV` row is free (FIFO; beyond the rows they wait in line);
-2. runs one unit of prefill for the turn still prefilling that has had the fewest units (the oldest of
-   those): its images (feature cache first), then the tokens its session's KV lacks, one chunk at a
-   time. So prefills take turns: a short request waits for one unit of each longer prompt, never for
-   their whole prompts, and between units the decoding turns step, so a new request neither waits for
-   others to finish nor stalls them for longer than one chunk;
+2. runs one unit of prefill for the turn with the fewest prompt tokens left to prefill (the oldest of
+   equals): its images (feature cache first), then the tokens its session's KV lacks, one chunk at a
+   time. So a short request waits for one unit of a longer prompt, never for the whole of it; prompts
+   alike are prefilled in the order they came, each to its first token before the next begins (taking
+   turns would give every one of them its first token only once all were prefilled); and between units
+   the decoding turns step, so a new request neither waits for others to finish nor stalls them for
+   longer than one chunk;
 3. runs one batched decode step (`BatchStep`) for every decoding turn and hands each its token.
 
 Each turn keeps what a lone turn has: its own sampling parameters, stop strings, `max_new_tokens`,
@@ -54,7 +56,7 @@ class _Turn:
         self.finished = threading.Event()
         self.row = None
         self.prefill = None  # the prefill generator while it runs
-        self.prefill_units = 0  # units of it run so far: the turn with the fewest goes next
+        self.prefill_left = 0  # prompt tokens it has left to prefill: the turn with the fewest goes next
         self.start = time.perf_counter()
         self.generated: list[int] = []
         self.stream: TextStream | None = None
@@ -73,7 +75,7 @@ class Batcher:
     def __init__(self, engine, rows: int, row_tokens: int = ROW_TOKENS):
         self.engine = engine
         self.kv = BatchKV(engine.model, rows, row_tokens, engine.device, engine.dtype)
-        self.step = BatchStep(engine.model, self.kv)
+        self.step = BatchStep(engine.model, self.kv, engine.step_weights)
         if engine.device.type == "cuda":
             self.step.capture()
         self.prefill_chunk = PREFILL_CHUNK.get(engine.device.type, PREFILL_CHUNK_OTHER)
@@ -219,9 +221,9 @@ class Batcher:
                 self._end(turn, GenerationCancelled("The answer was stopped."))
         prefilling = [t for t in active if t.prefill is not None and not t.finished.is_set()]
         if prefilling:
-            turn = min(prefilling, key=lambda t: t.prefill_units)  # the oldest of the fewest (min is stable)
-            turn.prefill_units += 1
+            turn = min(prefilling, key=lambda t: t.prefill_left)  # the oldest of the fewest (min is stable)
             self._guard(turn, self._prefill_unit)
+            turn.prefill_left = len(turn.target.ids) - turn.session.kv.length
         decoding = [t for t in active if t.prefill is None and not t.finished.is_set()]
         if decoding:
             try:
@@ -240,6 +242,8 @@ class Batcher:
     def _admit(self, turn: _Turn) -> None:
         s, e = turn.session, self.engine
         turn.row = self.kv.take(s.id)
+        # An adopted turn (mid-reply) has nothing to prefill: its row only loads.
+        turn.prefill_left = 0 if turn.generated else len(turn.target.ids) - s.kv.reusable(turn.target)
         if e.fast is not None and e.fast.slot.owner == s.id:
             e.fast.slot.owner = None  # the session's KV now changes elsewhere: the single slot is stale
 

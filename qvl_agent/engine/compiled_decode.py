@@ -26,6 +26,7 @@ import torch
 from qvl_agent.engine.compile_cache import cache_key, use_cache_dir
 
 COMPILED = "compiled"
+BATCH = "batch"  # the batched step's item, after the single stream's views
 __all__ = ["COMPILED", "BackgroundSwap", "cache_key", "compiled_decode_swap", "use_cache_dir"]
 
 
@@ -82,7 +83,8 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     shortest view first (most conversations are short). The step is `fast_step.FastStep` with its
     element-wise pieces compiled when the engine fused its weights (`engine.step_weights`), else
     transformers' forward compiled whole. With `engine.decode_steps` > 1 each view also gets a chain of
-    that many greedy steps in one graph (`cuda_graphs.greedy_chain`)."""
+    that many greedy steps in one graph (`cuda_graphs.greedy_chain`). Last, the batched step
+    (`engine.batcher`) gets the same pieces compiled for any number of rows, and its graphs again."""
     from qvl_agent.engine.cuda_graphs import KVSlot, greedy_chain
     from qvl_agent.engine.fast_step import FastStep
 
@@ -90,7 +92,8 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     slot = runner.slot
     model = engine.model
     gpu = torch.cuda.get_device_name(engine.device)
-    shapes = (slot.max_len, *slot.spans)
+    batch = engine.batcher.step if engine.batcher is not None and engine.step_weights is not None else None
+    shapes = (slot.max_len, *slot.spans, *(("batch", *batch.buckets, *batch.spans) if batch else ()))
     key = cache_key(model.config.to_dict(), shapes, torch.__version__, gpu, str(engine.dtype))
     folder = use_cache_dir(key, gpu, torch.__version__)
     # Same layout as the real slot (views are slices of `max_len`-long tensors), so the code compiled
@@ -111,7 +114,9 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     k = engine.decode_steps
     banned, eos = engine.banned_ids, torch.tensor(engine.eos_list, device=device)
 
-    def prepare(span: int) -> None:
+    def prepare(span) -> object:
+        if span == BATCH:
+            return _compiled_batch_pieces(batch, mode)
         ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
         for _ in range(2):
@@ -122,7 +127,10 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
             scratch.views.clear()
             scratch.cache = None  # the scratch slot's memory goes back before the last install
 
-    def install(span: int, _prepared) -> None:
+    def install(span, prepared) -> None:
+        if span == BATCH:
+            batch.use_pieces(prepared)
+            return
         ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
         length, cache = slot.length, slot.views[span]
@@ -144,6 +152,28 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
         if chain is not None:
             runner.chains[(k, span)] = chain
 
-    swap = BackgroundSwap(engine.lock, slot.spans, prepare, install)
+    swap = BackgroundSwap(engine.lock, (*slot.spans, *((BATCH,) if batch else ())), prepare, install)
     swap.cache_folder = folder
     return swap
+
+
+def _compiled_batch_pieces(batch, mode: str):
+    """The batched step's pieces compiled, for one row and for any number (automatic dynamic shapes: the
+    second size seen makes the rows dimension symbolic), built on dummy inputs: the pieces read no KV,
+    so compiling touches nothing a running batch uses."""
+    from qvl_agent.engine.fast_step import pieces
+
+    text = batch.lm.config
+    compiled = pieces(text, batch.attention, lambda f: torch.compile(f, mode=mode, fullgraph=True))
+    w = batch.layers[0]
+    heads, kv_heads, hd = text.num_attention_heads, text.num_key_value_heads, text.head_dim
+    like = dict(device=w.qkv.device, dtype=w.qkv.dtype)
+    for n in (2, 4, 1):
+        h = torch.zeros(n, 1, text.hidden_size, **like)
+        cos = sin = torch.zeros(n, 1, hd, **like)
+        compiled.attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
+        o = torch.zeros(n, *((heads, 1) if batch.attention == "gqa" else (kv_heads, heads // kv_heads)), hd, **like)
+        compiled.attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
+        compiled.final(h, batch.norm, batch.head)
+    torch.cuda.synchronize(w.qkv.device)
+    return compiled

@@ -114,50 +114,73 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 ATTENTION = ("gqa", "packed")  # how a decode step attends (see the module docstring)
 
 
+@dataclass
+class Pieces:
+    """A decode step's element-wise work between its GEMVs, for `n` rows of one token each (`h`:
+    `[n, 1, hidden]`): the single stream's step (n = 1) and the batched step (`batch_step.py`) run the
+    very same functions, so what passes the check for one passes it for the other.
+
+    attn_in(h, ln1, qkv, q_norm, k_norm, cos, sin) -> q, k, v   (k, v: `[n, kv_heads, 1, hd]`; q:
+        `[n, heads, 1, hd]` with "gqa", the query heads of a group as the rows of one query,
+        `[n, kv_heads, groups, hd]`, with "packed")
+    attn_out_mlp(h, o, o_w, ln2, gate_up, down) -> h           (o: attention's output, heads in order)
+    final(h, norm, head) -> logits `[n, 1, V]`
+    """
+
+    attn_in: Callable
+    attn_out_mlp: Callable
+    final: Callable
+
+
+def pieces(text, attention: str = "gqa", compile: Callable = lambda f: f) -> Pieces:
+    """The step's pieces for the text config `text`; `compile` wraps each (identity by default)."""
+    if attention not in ATTENTION:
+        raise ValueError(f"attention is one of {', '.join(ATTENTION)}, not {attention!r}")
+    hd = text.head_dim
+    heads, kv_heads = text.num_attention_heads, text.num_key_value_heads
+    nq, nk, eps, inter = heads * hd, kv_heads * hd, text.rms_norm_eps, text.intermediate_size
+    gqa = attention == "gqa"
+
+    def attn_in(h, ln1, qkv_w, qn, kn, cos, sin):
+        n = h.shape[0]
+        x = _rms(h, ln1, eps)
+        q, k, v = F.linear(x, qkv_w).split([nq, nk, nk], dim=-1)
+        q = _rms(q.view(n, 1, heads, hd), qn, eps).transpose(1, 2)
+        k = _rms(k.view(n, 1, kv_heads, hd), kn, eps).transpose(1, 2)
+        v = v.view(n, 1, kv_heads, hd).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        if gqa:
+            return q, k, v  # [n, heads, 1, hd]: SDPA maps query head i to K/V head i // groups
+        # The query heads of one group become the rows of one query on their K/V head.
+        return q.reshape(n, kv_heads, heads // kv_heads, hd), k, v
+
+    def attn_out_mlp(h, o, o_w, ln2, gu_w, down_w):
+        h = h + F.linear(o.reshape(h.shape[0], 1, nq), o_w)
+        gate, up = F.linear(_rms(h, ln2, eps), gu_w).split([inter, inter], dim=-1)
+        return h + F.linear(F.silu(gate) * up, down_w)
+
+    def final(h, norm_w, head_w):
+        return F.linear(_rms(h, norm_w, eps), head_w)
+
+    return Pieces(compile(attn_in), compile(attn_out_mlp), compile(final))
+
+
 class FastStep:
     """`step(ids [1, 1], pos [3, 1, 1], cache)` -> logits `[1, 1, V]`, appending one token to a StaticCache
     (a `KVSlot` view). `compile` wraps the element-wise pieces (identity by default, e.g. on a CPU)."""
 
     def __init__(self, model, layers: list[LayerWeights], compile: Callable = lambda f: f, attention: str = "gqa"):
-        if attention not in ATTENTION:
-            raise ValueError(f"attention is one of {', '.join(ATTENTION)}, not {attention!r}")
-        text = model.config.get_text_config()
+        p = pieces(model.config.get_text_config(), attention, compile)
         self.lm = model.model.language_model
         self.norm = self.lm.norm.weight.detach()
         self.head = model.lm_head.weight.detach()
         self.layers = layers
-        hd = text.head_dim
-        heads, kv_heads = text.num_attention_heads, text.num_key_value_heads
-        nq, nk, eps, inter = heads * hd, kv_heads * hd, text.rms_norm_eps, text.intermediate_size
-        self.kv_heads, self.groups, self.hd = kv_heads, heads // kv_heads, hd
         self.scale = self.lm.layers[0].self_attn.scaling
         self.gqa = attention == "gqa"
         self._ranges: dict[tuple, torch.Tensor] = {}
-        gqa = self.gqa
-
-        def attn_in(h, ln1, qkv_w, qn, kn, cos, sin):
-            x = _rms(h, ln1, eps)
-            q, k, v = F.linear(x, qkv_w).split([nq, nk, nk], dim=-1)
-            q = _rms(q.view(1, 1, heads, hd), qn, eps).transpose(1, 2)
-            k = _rms(k.view(1, 1, kv_heads, hd), kn, eps).transpose(1, 2)
-            v = v.view(1, 1, kv_heads, hd).transpose(1, 2)
-            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
-            if gqa:
-                return q, k, v  # [1, heads, 1, hd]: SDPA maps query head i to K/V head i // groups
-            # The query heads of one group become the rows of one query on their K/V head.
-            return q.reshape(1, kv_heads, heads // kv_heads, hd), k, v
-
-        def attn_out_mlp(h, o, o_w, ln2, gu_w, down_w):
-            h = h + F.linear(o.reshape(1, 1, nq), o_w)
-            gate, up = F.linear(_rms(h, ln2, eps), gu_w).split([inter, inter], dim=-1)
-            return h + F.linear(F.silu(gate) * up, down_w)
-
-        def final(h, norm_w, head_w):
-            return F.linear(_rms(h, norm_w, eps), head_w)
-
-        self._attn_in, self._attn_out_mlp, self._final = compile(attn_in), compile(attn_out_mlp), compile(final)
+        self._attn_in, self._attn_out_mlp, self._final = p.attn_in, p.attn_out_mlp, p.final
 
     def _range(self, n: int, device) -> torch.Tensor:
         key = (n, str(device))

@@ -116,7 +116,7 @@ class SessionKV:
         from transformers import DynamicCache
 
         self.check()
-        reuse = reusable_prefix(self.held, target) if self.cache is not None else 0
+        reuse = self.reusable(target)
         if reuse == 0:
             self.cache = DynamicCache(config=self.config)
             self.held = Context()
@@ -128,6 +128,10 @@ class SessionKV:
         self.stored = reuse
         self.check()
         return reuse
+
+    def reusable(self, target: Context) -> int:
+        """How long a prefix of `target` `prepare` would keep; changes nothing."""
+        return reusable_prefix(self.held, target) if self.cache is not None else 0
 
     def ran(self, target: Context, end: int) -> None:
         """The model's KV now holds `target.ids[:end]` (`held` was a prefix of it)."""

@@ -180,9 +180,7 @@ class Qwen3VLEngine(Engine):
         On a CPU only the turn runs. A GPU path that cannot be captured falls back to eager, and
         `fast_problem` says why."""
         if self.device.type == "cuda" and self.fast is None:
-            # Before any capture: fusing replaces the weight tensors that graphs read.
-            if self.step_weights is None and not fast_step_supported(self.model):
-                self.step_weights = fuse_weights(self.model)
+            self.fused_weights()  # before any capture: fusing replaces the weight tensors that graphs read
             try:
                 slot = KVSlot(self.model, slot_tokens, self.device, self.dtype)
                 runner = GraphRunner(self.model, slot)
@@ -209,8 +207,15 @@ class Qwen3VLEngine(Engine):
         (`batch_kv.row_layout`). Fewer than two: batching stays off."""
         memory = min(memory_mb * 2**20, free_bytes(self.device) // 2)
         rows, row_tokens = row_layout(max_batch, memory, BatchKV.bytes_per_token(self.model, self.dtype))
-        if rows >= 2:
+        if rows >= 2 and self.fused_weights() is not None:  # the batched step is the fused one, for n rows
             self.batcher = Batcher(self, rows, row_tokens)
+
+    def fused_weights(self):
+        """The per-layer weights of the fused decode steps (`fast_step.fuse_weights`), fused on first
+        use; None for a model those steps do not compute exactly (`fast_step.supported`)."""
+        if self.step_weights is None and not fast_step_supported(self.model):
+            self.step_weights = fuse_weights(self.model)
+        return self.step_weights
 
     def start_compile(self, make_swap=None) -> None:
         """Build the compiled decode step on a background thread and swap it in between turns; serving
