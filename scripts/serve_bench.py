@@ -238,14 +238,16 @@ def print_round(max_batch: str, row: dict) -> None:
 
 async def until_compiled(url: str, token: str, args, limit_s: float = 420) -> None:
     """Short requests until the server's decode path is no longer being compiled in the background (its
-    `qvl` stats say "compiled", or why not), so the rounds time what a warm server runs."""
+    `qvl` stats say "compiled", or why not), so the rounds time what a warm server runs. A lone request
+    that went through the batch ("batched") says nothing of the compile: the build, which takes the model
+    between two tokens to install what it compiled, made it share; ask again."""
     t0 = time.perf_counter()
     body = first_question(0, screenshot_url(10_000, *args.screen), 4, True)
     path = ""
     async with httpx.AsyncClient(timeout=900, headers={"Authorization": f"Bearer {token}"}) as http:
         while time.perf_counter() - t0 < limit_s:
             path = str((await stream(http, url, body)).stats.get("decode_path", ""))
-            if not path.startswith("compiling"):
+            if not path.startswith("compiling") and path != "batched":
                 break
             await asyncio.sleep(2)
     print(f"decode path: {path or 'not reported'} (waited {time.perf_counter() - t0:.1f} s)", flush=True)
