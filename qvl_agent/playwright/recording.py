@@ -7,7 +7,8 @@ its state, the page's text), `beforeinput` (the first of a run of typing into on
 before it), `keydown` (named keys and chords; inside a text field only Enter, Tab and Escape) and the
 `change` of a `<select>` (its state before and after). The element itself stays in the page, in a table
 the recorder reads by id: a report carries no description of it that the page could forge. A `click` that
-comes while its `pointerdown` is still being recorded is held back and dispatched again once it is.
+comes while its `pointerdown` is still being recorded is held back and dispatched again once it is, or
+at the person's next press or key, whichever comes first, so their actions always happen in their order.
 
 `check_payload(payload, nonce)` is the one place a report becomes data: the signature, the kind, and every
 field's type and size are checked, unknown fields dropped; anything else is None. `Reports` takes each
@@ -79,14 +80,19 @@ CAPTURE_JS = """((key, tag, binding, sel) => {
   // In a field the value records the editing: only keys that leave it or act on the page are steps.
   const FIELD_KEYS = new Set(['Enter', 'Tab', 'Shift+Tab', 'Escape']);
   const EDIT_CHORD = /^(Control|Meta)\\+[acvxyz]$/;
-  let typing = null, waiting = null, pressed = null;
+  let typing = null, waiting = null, pressed = null, release = null;
   // The field being typed into as it is now, as the typing ends: the page may navigate before the
   // recorder could read it (Enter that submits, a click on the submit button).
   const leave = () => { const t = typing; typing = null; return t && t.isConnected ? state(t) : null; };
   const selects = new WeakMap();
 
+  // A held click happens at the latest when the person presses or types again: a click let go after
+  // their next press would move the focus away from where they now type (a label focuses its box).
+  const happen = () => { if (release) release(); };
+
   addEventListener('pointerdown', (e) => {
     if (!e.isTrusted) return;
+    happen();
     const typed = leave();
     let t = null;
     try { t = TARGET([e.clientX, e.clientY, sel]); } catch (err) { t = null; }
@@ -114,7 +120,14 @@ CAPTURE_JS = """((key, tag, binding, sel) => {
                   screenX: e.screenX, screenY: e.screenY, clientX: e.clientX, clientY: e.clientY,
                   ctrlKey: e.ctrlKey, shiftKey: e.shiftKey, altKey: e.altKey, metaKey: e.metaKey,
                   button: e.button, buttons: e.buttons};
-    held.then(() => { if (t.isConnected) t.dispatchEvent(new MouseEvent('click', init)); });
+    const fire = () => {
+      if (release !== fire) return;  // it happened already
+      release = null;
+      if (t.isConnected) t.dispatchEvent(new MouseEvent('click', init));
+    };
+    happen();  // an older held click first, in the person's order
+    release = fire;
+    held.then(fire);
   }, true);
 
   addEventListener('beforeinput', (e) => {
@@ -129,7 +142,9 @@ CAPTURE_JS = """((key, tag, binding, sel) => {
   }, true);
 
   addEventListener('keydown', (e) => {
-    if (!e.isTrusted || e.isComposing) return;
+    if (!e.isTrusted) return;
+    happen();
+    if (e.isComposing) return;
     const name = keyName(e);
     if (!name) return;
     let t = element(deep(e));
