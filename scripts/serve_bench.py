@@ -134,6 +134,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
 
 
+BATCH_COUNTERS = ("qvl_batch_prefill_seconds_total", "qvl_batch_decode_seconds_total", "qvl_decode_batch_size_count")
+
+
+async def batch_counters(http: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The server's batch-thread counters from /metrics (none from a server without batching)."""
+    response = await http.get(url + "/metrics")
+    found = {}
+    for line in response.text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in BATCH_COUNTERS:
+            found[name] = float(value)
+    return found
+
+
+def batch_time(before: dict, after: dict, elapsed: float) -> dict:
+    """Per round: the batch thread's share of the round in prefill and in decode steps, and a step's mean."""
+    if not before or set(before) != set(after):
+        return {}
+    delta = {k: after[k] - before[k] for k in before}
+    steps = delta["qvl_decode_batch_size_count"]
+    return {
+        "batch_prefill_share": round(delta["qvl_batch_prefill_seconds_total"] / elapsed, 3),
+        "batch_decode_share": round(delta["qvl_batch_decode_seconds_total"] / elapsed, 3),
+        "decode_step_ms_mean": round(1000 * delta["qvl_batch_decode_seconds_total"] / steps, 2) if steps else None,
+    }
+
+
 async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
     """One round: `clients` conversations at once, each its first question (then its follow-up)."""
     bodies = [
@@ -151,9 +178,11 @@ async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
                 return first, None
             return first, await stream(http, url, follow_up(body, first.text))
 
+        counted = await batch_counters(http, url)
         start = time.perf_counter()
         results = await asyncio.gather(*(conversation(b) for b in bodies))
         elapsed = time.perf_counter() - start
+        split = batch_time(counted, await batch_counters(http, url), elapsed)
         # The reference: the first --check requests again, one at a time (their screens now cached).
         alone = [await stream(http, url, b) for b in bodies[: args.check]]
     firsts = [f for f, _ in results]
@@ -189,6 +218,7 @@ async def round_of(url: str, token: str, clients: int, args, seed: int) -> dict:
         "preprocess_ms_p50": server_p50("preprocess_ms"),
         "vision_ms_p50": server_p50("vision_ms"),
         "engine_ttft_ms_p50": server_p50("ttft_ms"),
+        **split,
         "follow_up_cached_tokens_min": min((int(r.stats.get("cached_tokens", 0)) for r in follows), default=0),
         "slowest_reply_s": round(max((r.done - r.sent for r in replies), default=0), 3),
         "decode_batch_mean": round(statistics.mean([float(r.stats.get("decode_batch", 1)) for r in good] or [1]), 2),
@@ -223,6 +253,13 @@ def print_round(max_batch: str, row: dict) -> None:
             f"  first token by the server, p50: queue {_ms(row['server_queue_ms_p50'])} ms, image "
             f"{_ms(row['preprocess_ms_p50'])} ms, vision {_ms(row['vision_ms_p50'])} ms, engine (queued + "
             f"prefilled + first pick) {_ms(row['engine_ttft_ms_p50'])} ms",
+            flush=True,
+        )
+    if row.get("decode_step_ms_mean") is not None:
+        print(
+            f"  the batch thread: {100 * row['batch_prefill_share']:.0f}% of the round prefilling, "
+            f"{100 * row['batch_decode_share']:.0f}% in decode steps ({row['decode_step_ms_mean']:.1f} ms a step "
+            "with the picks and each stream's piece)",
             flush=True,
         )
     if row["textless"]:

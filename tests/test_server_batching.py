@@ -121,6 +121,9 @@ def test_concurrent_clients_decode_together_and_each_gets_its_own_answer(alone, 
     assert steps > alone_steps and lines['qvl_decode_batch_size_bucket{le="4"}'] == steps
     assert lines["qvl_batch_decoding"] == 0 and lines["qvl_batch_waiting"] == 0  # all answered
     assert lines["qvl_tokens_per_second"] > 0
+    # Where the batch thread's time went: some in prefilling the prompts, some in the decode steps
+    assert lines["qvl_batch_prefill_seconds_total"] > 0 and lines["qvl_batch_decode_seconds_total"] > 0
+    assert "qvl_batch_prefill_seconds" not in httpx.get(alone + "/metrics", headers=HEADERS).text
     # A lone request afterwards still answers exactly as before.
     assert [text for text, _ in again] == [reference[0][0], reference[3][0]]
 
@@ -156,6 +159,12 @@ def test_serve_bench_runs_batched_and_alone_side_by_side(tiny_model_dir, tmp_pat
         assert row["stream_tok_s_min"] > 0
     assert all(row["decode_batch_mean"] == 1 for row in rounds if row["max_batch"] == "1")
     assert r.stdout.count("max-batch") == 4
+    # The server's own account of each round: where first tokens went, and the batch thread's time
+    assert all(row["engine_ttft_ms_p50"] > 0 and row["vision_ms_p50"] >= 0 for row in rounds)
+    [together] = [row for row in rounds if row["max_batch"] == "4" and row["clients"] == 3]
+    assert 0 < together["batch_decode_share"] <= 1 and together["decode_step_ms_mean"] > 0
+    assert all("decode_step_ms_mean" not in row for row in rounds if row["max_batch"] == "1")  # no batch there
+    assert r.stdout.count("the batch thread:") == 1 and "decode path: " in r.stdout
 
 
 @pytest.mark.parametrize(

@@ -86,6 +86,10 @@ class Batcher:
         self._beside: set[str] = set()  # single-stream turns letting the batch run a pass (`step_beside`)
         self.batch_sizes: Counter[int] = Counter()  # decode steps by how many turns they carried
         self.tokens = 0  # tokens decoded in batched steps
+        # Where the batch thread's time goes (`serve`'s /metrics): seconds in prefill units (the GPU's
+        # work included: a unit ends with a sync on a GPU) and in decode steps (launch to the picks).
+        self.prefill_seconds = 0.0
+        self.decode_seconds = 0.0
         self._thread = threading.Thread(target=self._loop, name="qvl-batch", daemon=True)
         self._thread.start()
 
@@ -222,15 +226,21 @@ class Batcher:
         prefilling = [t for t in active if t.prefill is not None and not t.finished.is_set()]
         if prefilling:
             turn = min(prefilling, key=lambda t: t.prefill_left)  # the oldest of the fewest (min is stable)
+            t0 = time.perf_counter()
             self._guard(turn, self._prefill_unit)
+            if self.engine.device.type == "cuda":
+                torch.cuda.synchronize(self.engine.device)  # the unit's GPU time is its own, not the step's
+            self.prefill_seconds += time.perf_counter() - t0
             turn.prefill_left = len(turn.target.ids) - turn.session.kv.length
         decoding = [t for t in active if t.prefill is None and not t.finished.is_set()]
         if decoding:
+            t0 = time.perf_counter()
             try:
                 self._decode(decoding)
             except Exception as exc:  # the step failed for every row: each turn gets the error
                 for turn in decoding:
                     self._end(turn, exc)
+            self.decode_seconds += time.perf_counter() - t0
         return True
 
     def _guard(self, turn: _Turn, fn) -> None:

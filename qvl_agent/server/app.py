@@ -137,7 +137,7 @@ def create_app(
             "qvl_pooled_sessions": ("Idle sessions kept for reuse.", lambda: len(pool)),
             **_batch_gauges(batcher),
         },
-        _feature_cache_counters(engine),
+        {**_feature_cache_counters(engine), **_batch_counters(batcher)},
         batch_sizes=batcher.batch_sizes if batcher is not None else None,
     )
 
@@ -316,6 +316,22 @@ def _batch_gauges(batcher) -> dict:
     return {
         "qvl_batch_decoding": ("Turns in the decode batch now.", lambda: batcher.decoding),
         "qvl_batch_waiting": ("Turns waiting for a row of the decode batch.", lambda: batcher.waiting),
+    }
+
+
+def _batch_counters(batcher) -> dict:
+    """Where the batch thread's time went: prefill units and decode steps (the rest it waited for work)."""
+    if batcher is None:
+        return {}
+    return {
+        "qvl_batch_prefill_seconds_total": (
+            "Seconds the batch thread spent prefilling prompts (a unit's GPU work included).",
+            lambda: batcher.prefill_seconds,
+        ),
+        "qvl_batch_decode_seconds_total": (
+            "Seconds the batch thread spent in batched decode steps (the step, the picks, each stream's piece).",
+            lambda: batcher.decode_seconds,
+        ),
     }
 
 
