@@ -46,10 +46,22 @@ def test_a_round_reports_textless_replies_instead_of_a_first_token_at_the_end(se
         "clients": 2, "requests": 2, "aggregate_tok_s": 100.0, "stream_tok_s_min": None, "stream_tok_s_p50": None,
         "ttft_ms_p50": None, "ttft_ms_p95": None, "follow_up_ttft_ms_p50": None, "slowest_reply_s": 3.0,
         "decode_batch_mean": 2.0, "lost": 0, "mixed": 0, "checked": 0, "textless": 2, "one_chunk": 0,
+        "server_queue_ms_p50": None, "preprocess_ms_p50": None, "vision_ms_p50": None, "engine_ttft_ms_p50": None,
     }  # fmt: skip
     serve_bench.print_round("4", row)
     out = capsys.readouterr().out
     assert "first token p50 n/a" in out and "2 of 2 replies had tokens but no text" in out
+    assert "by the server" not in out and "the batch thread" not in out  # a server that reports neither
+
+
+def test_the_batch_threads_split_is_the_round_share_of_each_counter(serve_bench, capsys):
+    before = {"qvl_batch_prefill_seconds_total": 1.0, "qvl_batch_decode_seconds_total": 2.0,
+              "qvl_decode_batch_size_count": 100.0}  # fmt: skip
+    after = {"qvl_batch_prefill_seconds_total": 3.0, "qvl_batch_decode_seconds_total": 5.0,
+             "qvl_decode_batch_size_count": 400.0}  # fmt: skip
+    split = serve_bench.batch_time(before, after, elapsed=10.0)
+    assert split == {"batch_prefill_share": 0.2, "batch_decode_share": 0.3, "decode_step_ms_mean": 10.0}
+    assert serve_bench.batch_time({}, {}, 10.0) == {}  # a server without batching: nothing to split
 
 
 def test_a_widened_tokenizer_gives_every_id_text_and_encodes_as_before():
