@@ -140,6 +140,16 @@ def _together(engine, sessions, asks) -> list[str]:
     return [r.reply() for r in readers]
 
 
+def _in_order(engine, readers: list[Reader]) -> list[str]:
+    """Start the readers while the model is busy, each once the one before waits in the batcher's line,
+    so they arrive in this order and start together; their replies."""
+    with model_busy(engine, len(readers)):
+        for n, r in enumerate(readers, start=1):
+            r.start()
+            _wait_until(lambda n=n: engine.batcher.waiting == n, "each arriving after the one before")
+    return [r.reply() for r in readers]
+
+
 @contextmanager
 def step_log(engine):
     """The sessions that decoded in each batched step, in order (`log[i]` is a set of session ids)."""
@@ -448,11 +458,7 @@ def test_a_short_request_is_prefilled_between_the_chunks_of_longer_prompts_not_a
     for n, reader in enumerate(readers):
         reader.pieces = _FirstLogged(first_tokens, n)
     try:
-        with model_busy(engine, len(readers)):
-            for n, r in enumerate(readers, start=1):
-                r.start()
-                _wait_until(lambda n=n: engine.batcher.waiting == n, "each arriving after the one before")
-        replies = [r.reply() for r in readers]
+        replies = _in_order(engine, readers)
     finally:
         engine.batcher.prefill_chunk = saved
     assert first_tokens[0] == 3, first_tokens  # the short one, though it arrived last
@@ -472,11 +478,7 @@ def test_prompts_alike_get_their_first_tokens_in_the_order_they_came_not_all_at_
     readers = [Reader(s, a) for s, a in zip(sessions, asks, strict=True)]
     try:
         with step_log(engine) as log:
-            with model_busy(engine, len(readers)):
-                for n, r in enumerate(readers, start=1):
-                    r.start()
-                    _wait_until(lambda n=n: engine.batcher.waiting == n, "each arriving after the one before")
-            replies = [r.reply() for r in readers]
+            replies = _in_order(engine, readers)
     finally:
         engine.batcher.prefill_chunk = saved
     first, second, third = (s.id for s in sessions)
