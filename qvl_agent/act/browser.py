@@ -129,9 +129,10 @@ class BrowserExecutor:
         playwright_trace: str | Path | None = None,
     ):
         from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
         from playwright.sync_api import sync_playwright
 
-        self._error_type = PlaywrightError
+        self._error_type, self._timeout_type = PlaywrightError, PlaywrightTimeout
         self.start_url = url
         self.viewport = viewport
         self._inflight: set = set()
@@ -309,9 +310,10 @@ class BrowserExecutor:
                 png = self.page.screenshot(scale="css", type="png", animations="disabled", caret="initial")
                 break
             except self._error_type as exc:
-                # Chromium sometimes answers "Unable to capture screenshot" for a frame it had not painted
-                # yet on a busy machine; the next try gets one. Anything else, or twice, ends the run.
-                if attempt + 1 == SCREENSHOT_TRIES or "Unable to capture screenshot" not in str(exc):
+                # A busy machine's Chromium may answer "Unable to capture screenshot" for a frame not yet
+                # painted, or paint none in time; the next try gets one. Anything else, or twice, ends the run.
+                busy = "Unable to capture screenshot" in str(exc) or isinstance(exc, self._timeout_type)
+                if attempt + 1 == SCREENSHOT_TRIES or not busy:
                     self._fail(exc)
         shot = load_image_bytes(png, name="page screenshot")
         return Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{self.page.url}")

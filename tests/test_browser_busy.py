@@ -1,0 +1,56 @@
+"""A page screenshot on a busy machine: Chromium that paints no frame within the timeout (Playwright's own
+TimeoutError) gets one more try, and the run goes on; a second timeout, or any other error, ends the step
+with one sentence. The first timeout cannot be had on demand, so Playwright's own error stands in for it
+before the real screenshot."""
+
+from __future__ import annotations
+
+import pytest
+
+from qvl_agent.act.browser import BrowserExecutor
+from qvl_agent.errors import ActionError
+from tests.pages.helpers import CHROMIUM
+from tests.pages.server import PageServer
+
+pytestmark = [pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def executor():
+    server = PageServer().start()
+    ex = BrowserExecutor(f"{server.url}/login.html", browser=CHROMIUM, headless=True)
+    yield ex
+    ex.close()
+    server.stop()
+
+
+def _late(executor, monkeypatch, times: int) -> list[int]:
+    """The page's screenshot times out `times` times, then is taken; the calls made, counted."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page, calls = executor.page, []
+    screenshot = page.screenshot
+
+    def late(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= times:
+            raise PlaywrightTimeout("Timeout 10000ms exceeded.")
+        return screenshot(*args, **kwargs)
+
+    monkeypatch.setattr(page, "screenshot", late)
+    return calls
+
+
+def test_a_screenshot_that_timed_out_once_is_taken_again_and_the_run_goes_on(executor, monkeypatch):
+    calls = _late(executor, monkeypatch, times=1)
+    shot = executor.observe()
+    assert len(calls) == 2 and (shot.width, shot.height) == executor.viewport
+
+
+def test_a_screenshot_that_times_out_twice_ends_the_step_in_one_sentence(executor, monkeypatch):
+    calls = _late(executor, monkeypatch, times=2)
+    with pytest.raises(ActionError, match=r"^The browser could not do that: Timeout 10000ms exceeded\.$"):
+        executor.observe()
+    assert len(calls) == 2
+    monkeypatch.undo()
+    assert executor.observe().width == executor.viewport[0]  # the browser itself is fine
