@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from qvl_agent import actions as A
 from qvl_agent.act.base import Dialog
-from qvl_agent.act.browser import BrowserExecutor
+from qvl_agent.act.browser import ACTION_TIMEOUT_MS, BrowserExecutor
 from qvl_agent.act.person_dialogs import PersonDialogs, prompt_secret
 from qvl_agent.dialog_text import json_text
 from qvl_agent.errors import QvlError
@@ -401,7 +401,7 @@ class PersonCapture:
 
     def _shoot(self, page, step: _Step) -> None:
         try:
-            png = page.screenshot(scale="css", type="png", caret="initial", timeout=3000)
+            png = page.screenshot(scale="css", type="png", caret="initial", timeout=ACTION_TIMEOUT_MS)
         except self.ex._error_type:
             return  # a page in the middle of navigating: the step goes without a picture
         shot = load_image_bytes(png, name="page screenshot")
