@@ -305,18 +305,24 @@ class BrowserExecutor:
     def observe(self) -> Screenshot:
         """The viewport in CSS pixels (so 0-1000 model coordinates map to CSS pixels)."""
         self._check_alive()
-        for attempt in range(SCREENSHOT_TRIES):
-            try:
-                png = self.page.screenshot(scale="css", type="png", animations="disabled", caret="initial")
-                break
-            except self._error_type as exc:
-                # A busy machine's Chromium may answer "Unable to capture screenshot" for a frame not yet
-                # painted, or paint none in time; the next try gets one. Anything else, or twice, ends the run.
-                busy = "Unable to capture screenshot" in str(exc) or isinstance(exc, self._timeout_type)
-                if attempt + 1 == SCREENSHOT_TRIES or not busy:
-                    self._fail(exc)
+        try:
+            png = self.png(self.page, animations="disabled")
+        except self._error_type as exc:
+            self._fail(exc)
         shot = load_image_bytes(png, name="page screenshot")
         return Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{self.page.url}")
+
+    def png(self, page, **options) -> bytes:
+        """`page` as a PNG in CSS pixels. A busy machine's Chromium may answer "Unable to capture screenshot"
+        for a frame not yet painted, or paint none in time: the next try gets one. Playwright's error for
+        anything else, or for the second try."""
+        for attempt in range(SCREENSHOT_TRIES):
+            try:
+                return page.screenshot(scale="css", type="png", caret="initial", **options)
+            except self._error_type as exc:
+                busy = "Unable to capture screenshot" in str(exc) or isinstance(exc, self._timeout_type)
+                if attempt + 1 == SCREENSHOT_TRIES or not busy:
+                    raise
 
     def wait_until_settled(self, timeout_s: float) -> None:
         """Wait for the load event, no request in flight and a DOM unchanged for QUIET_MS (or timeout_s)."""

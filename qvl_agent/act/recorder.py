@@ -401,7 +401,7 @@ class PersonCapture:
 
     def _shoot(self, page, step: _Step) -> None:
         try:
-            png = page.screenshot(scale="css", type="png", caret="initial", timeout=ACTION_TIMEOUT_MS)
+            png = self.ex.png(page, timeout=ACTION_TIMEOUT_MS)
         except self.ex._error_type:
             return  # a page in the middle of navigating: the step goes without a picture
         shot = load_image_bytes(png, name="page screenshot")
