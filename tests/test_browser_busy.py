@@ -24,9 +24,13 @@ def executor():
     server.stop()
 
 
-def _late(executor, monkeypatch, times: int, unpainted: bool = False) -> list[int]:
-    """The page's screenshot times out (or finds no painted frame) `times` times, then is taken; the calls
-    made, counted."""
+UNPAINTED = "Protocol error (Page.captureScreenshot): Unable to capture screenshot"
+SWAPPED = "Protocol error (Page.captureScreenshot): Not attached to an active page"
+
+
+def _late(executor, monkeypatch, times: int, error: str = "") -> list[int]:
+    """The page's screenshot times out (or fails with Chromium's `error`) `times` times, then is taken; the
+    calls made, counted."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
@@ -36,8 +40,8 @@ def _late(executor, monkeypatch, times: int, unpainted: bool = False) -> list[in
     def late(*args, **kwargs):
         calls.append(1)
         if len(calls) <= times:
-            if unpainted:
-                raise PlaywrightError("Protocol error (Page.captureScreenshot): Unable to capture screenshot")
+            if error:
+                raise PlaywrightError(error)
             raise PlaywrightTimeout("Timeout 10000ms exceeded.")
         return screenshot(*args, **kwargs)
 
@@ -60,10 +64,24 @@ def test_a_screenshot_that_times_out_twice_ends_the_step_in_one_sentence(executo
     assert executor.observe().width == executor.viewport[0]  # the browser itself is fine
 
 
-@pytest.mark.parametrize("unpainted", [False, True])
-def test_a_person_steps_picture_gets_the_same_second_try(executor, monkeypatch, unpainted):
+def test_a_screenshot_taken_as_a_form_post_swaps_the_document_is_taken_again(executor, monkeypatch):
+    """Submitting a form swaps the page's document (and Chromium may swap its renderer): a capture at that
+    moment is "Not attached to an active page". The second try waits for the new document."""
+    calls = _late(executor, monkeypatch, times=1, error=SWAPPED)
+    assert executor.observe().width == executor.viewport[0] and len(calls) == 2
+
+
+def test_a_screenshot_error_that_is_not_the_moments_is_not_tried_again(executor, monkeypatch):
+    calls = _late(executor, monkeypatch, times=1, error="Protocol error (Page.captureScreenshot): Target crashed")
+    with pytest.raises(ActionError, match=r"Target crashed"):
+        executor.observe()
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("error", ["", UNPAINTED, SWAPPED])
+def test_a_person_steps_picture_gets_the_same_second_try(executor, monkeypatch, error):
     """The recorder takes a person step's picture through `png` too (no animations disabled: the page is
     the person's), so a busy machine's first failure leaves no step without its picture."""
-    calls = _late(executor, monkeypatch, times=1, unpainted=unpainted)
+    calls = _late(executor, monkeypatch, times=1, error=error)
     png = executor.png(executor.page, timeout=10_000)
     assert len(calls) == 2 and png.startswith(b"\x89PNG")

@@ -51,7 +51,7 @@ def test_a_confirm_goes_to_the_model_is_recorded_and_replays_exactly(tmp_path, s
     source = exported(tmp_path)
     assert 'DIALOGS.expect("confirm", "Delete the note \\"groceries\\"?\\nThis cannot be undone.", True)' in source
     assert source.index("DIALOGS.expect(") < source.index('get_by_role("button", name="Delete note"')
-    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    replayed = replay_script(tmp_path / "out.py")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
 
     # The site changed under the script: another question, or one dialog more, fails it with the message.
@@ -86,7 +86,7 @@ def test_a_prompt_s_text_a_dismissal_and_a_hostile_message_export_as_literals_an
     expects = [line.strip() for line in source.splitlines() if line.strip().startswith("DIALOGS.expect(")]
     assert len(expects) == 2 and "import os #" in expects[1] and expects[1].endswith(", False)")
     assert "os.environ" not in expects[1]  # {{NOPE}} is no declared secret: text, as the page wrote it
-    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    replayed = replay_script(tmp_path / "out.py")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
 
 
@@ -109,7 +109,7 @@ def test_a_timer_s_dialog_a_reply_that_is_no_answer_and_the_start_page_s_dialog(
     source = exported(tmp_path)
     assert 'START_DIALOGS = [["alert", "Welcome back", False]]' in source
     assert 'DIALOGS.expect("alert", "Time to shop", False)' in source
-    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    replayed = replay_script(tmp_path / "out.py")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
     assert "Note kept" in source  # the end state the dismissal led to is checked
 
@@ -199,5 +199,5 @@ def test_leaving_a_page_that_asks_first_is_the_model_s_choice_and_replays(tmp_pa
     assert steps[2]["results"][0]["detail"]["dialogs"][0]["type"] == "beforeunload"
     source = exported(tmp_path)
     assert 'DIALOGS.expect("beforeunload", ' in source and "/help.html" in source
-    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    replayed = replay_script(tmp_path / "out.py")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source

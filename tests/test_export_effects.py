@@ -72,7 +72,7 @@ def test_a_click_whose_navigation_was_blocked_is_not_exported_and_the_script_rep
     assert "other host name" not in code and "expect_popup" not in code and "tabs" not in code
     assert "# step 1: left_click at" in source and "not replayed: the run blocked its navigation to localhost" in source
     assert 'page.get_by_role("link", name="Help on this site", exact=True).click()' in source
-    replayed = replay_script(tmp_path / "out.py", "--timeout", "5")
+    replayed = replay_script(tmp_path / "out.py")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
     assert "Replayed: the page reached the recorded end state." in replayed.stdout
 

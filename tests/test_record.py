@@ -151,6 +151,47 @@ def viewport_origin(timeout: float = 30) -> tuple[int, int]:
     raise AssertionError("the recorder's page never showed on the display")
 
 
+def screen() -> bytes:
+    """The X screen's pixels as they are now (BGRX)."""
+    from Xlib import X
+    from Xlib import display as xdisplay
+
+    conn = xdisplay.Display(_display())
+    try:
+        root = conn.screen().root
+        geometry = root.get_geometry()
+        return root.get_image(0, 0, geometry.width, geometry.height, X.ZPixmap, 0xFFFFFFFF).data
+    finally:
+        conn.close()
+
+
+def _changed(one: bytes, other: bytes) -> int:
+    import numpy as np
+
+    return int(np.count_nonzero(np.frombuffer(one, np.uint32) != np.frombuffer(other, np.uint32)))
+
+
+# The browser's own dialog over the page dims the page behind it (most of the window's pixels), and one dialog
+# after another differs by the box's text and fields (tens of thousands); a button's hover, press and focus
+# ring change a few thousand at most, a text field's blinking caret a few dozen.
+DIALOG_PIXELS, STILL_PIXELS = 15_000, 500
+
+
+def wait_for_dialog(*before: bytes, what: str, timeout: float = 60) -> bytes:
+    """The screen once a new dialog box is drawn on it: unlike each screen in `before` by a dialog's worth
+    of pixels, and holding still (so its buttons and text field take keys). No page script runs while the
+    browser's dialog is up, so the page cannot say when it is."""
+    deadline = time.monotonic() + timeout
+    last = screen()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = screen()
+        if _changed(now, last) < STILL_PIXELS and all(_changed(now, seen) >= DIALOG_PIXELS for seen in before):
+            return now
+        last = now
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def centres(url: str, selectors: list[str], prepare: str = "") -> dict[str, tuple[float, float]]:
     """Each selector's box centre in CSS pixels, in the test's own headless Chromium (after `prepare`, a
     selector clicked first to bring up what the person will see): in a context of its own (no cookie,

@@ -33,9 +33,11 @@ from tests.test_record import (
     ctrl_c,
     errors,
     replay,
+    screen,
     start_recording,
     viewport_origin,
     wait_for,
+    wait_for_dialog,
 )
 
 # --- unit: what the browser reports ---------------------------------------------------------------------
@@ -156,8 +158,9 @@ def test_a_form_a_row_and_its_confirm_replay_and_heal(x_display, tmp_path, serve
         person.click(form["#go"])
         wait_for(lambda: server.records("account"), "the form to post")
         wait_for(lambda: len(server.records("rows-shown")) > shown, "the orders page to be painted", 60)
+        page = screen()
         person.click(row["tr:nth-of-type(2) button"])  # order #1002's Delete: the page asks with confirm()
-        time.sleep(1.5)  # the browser's own dialog is up, over the page
+        wait_for_dialog(page, what="the confirm over the page")
         assert server.records("rows") == []  # nothing answered it for the person
         _key("Return")  # OK
         wait_for(lambda: server.records("rows"), "the delete to post")
@@ -245,11 +248,12 @@ def test_a_pin_typed_into_a_prompt_is_a_secret_and_a_dismissed_confirm_stays_dis
     proc = start_recording(tmp_path, url)
     try:
         person = Person(viewport_origin())
+        page = screen()
         person.click(button)
-        time.sleep(1.5)  # the prompt is up
+        prompt = wait_for_dialog(page, what="the prompt")
         person.type(PIN)
         _key("Return")
-        time.sleep(1.0)  # the confirm is up
+        wait_for_dialog(page, prompt, what="the confirm after the prompt")
         _key("Escape")  # Cancel
         wait_for(lambda: server.records("transfer"), "the transfer to post")
         time.sleep(1.5)

@@ -238,7 +238,7 @@ def test_a_person_takes_over_signs_in_and_hands_back_and_the_mixed_run_replays(x
     assert [s["step"] for s in person_steps] == list(range(2, 2 + len(person_steps)))  # after the agent's step 1
     assert [s["actions"][0]["action"] for s in person_steps][:4] == ["left_click", "type", "left_click", "type"]
     pictured = [(s["step"], bool(s.get("screenshot")), s["results"][0]["detail"].get("locator")) for s in person_steps]
-    assert all(shot and locator for _, shot, locator in pictured), pictured
+    assert all(shot and locator for _, shot, locator in pictured), (pictured, out)
     # What the model was sent next: the person's work in words (the step's observation is the request's text).
     told = steps[len(person_steps) + 1]["observation"]
     assert told.startswith("wait 5 s: waited 5 s")

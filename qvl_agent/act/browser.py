@@ -104,6 +104,9 @@ def parse_viewport(text: str) -> tuple[int, int]:
 
 
 SCREENSHOT_TRIES = 2
+# Chromium's words for a screenshot the moment made impossible, not the page: no frame painted yet, and a
+# navigation swapping the page's document (and renderer) under the capture.
+PASSING_SCREENSHOT = ("Unable to capture screenshot", "Not attached to an active page")
 
 # With a proxy: WebRTC may use no UDP path the proxy does not carry (Playwright already sends loopback
 # through the proxy too).
@@ -314,15 +317,20 @@ class BrowserExecutor:
 
     def png(self, page, **options) -> bytes:
         """`page` as a PNG in CSS pixels. A busy machine's Chromium may answer "Unable to capture screenshot"
-        for a frame not yet painted, or paint none in time: the next try gets one. Playwright's error for
+        for a frame not yet painted, or paint none in time, and a page whose next document is being swapped
+        in is "Not attached": the next try, once that document has loaded, gets one. Playwright's error for
         anything else, or for the second try."""
         for attempt in range(SCREENSHOT_TRIES):
             try:
                 return page.screenshot(scale="css", type="png", caret="initial", **options)
             except self._error_type as exc:
-                busy = "Unable to capture screenshot" in str(exc) or isinstance(exc, self._timeout_type)
-                if attempt + 1 == SCREENSHOT_TRIES or not busy:
+                passing = isinstance(exc, self._timeout_type) or any(s in str(exc) for s in PASSING_SCREENSHOT)
+                if attempt + 1 == SCREENSHOT_TRIES or not passing:
                     raise
+                try:
+                    page.wait_for_load_state("load", timeout=options.get("timeout"))
+                except self._error_type:
+                    pass  # a page still loading is shot as it is
 
     def wait_until_settled(self, timeout_s: float) -> None:
         """Wait for the load event, no request in flight and a DOM unchanged for QUIET_MS (or timeout_s)."""

@@ -402,8 +402,10 @@ class PersonCapture:
     def _shoot(self, page, step: _Step) -> None:
         try:
             png = self.ex.png(page, timeout=ACTION_TIMEOUT_MS)
-        except self.ex._error_type:
-            return  # a page in the middle of navigating: the step goes without a picture
+        except self.ex._error_type as exc:  # the step goes without a picture, and the person is told why
+            if len(self.problems) < 20:
+                self.problems.append(f"step {step.n} has no picture ({str(exc).splitlines()[0][:200]})")
+            return
         shot = load_image_bytes(png, name="page screenshot")
         view = Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{page.url}")
         step.screenshot = self.trace.screenshot(step.n, view)

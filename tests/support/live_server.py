@@ -188,7 +188,7 @@ def stop_serve(proc) -> int:
 
     proc.send_signal(signal.SIGINT)
     try:
-        return proc.wait(20)
+        return proc.wait(60)  # a loaded machine takes its time to unwind a torch process
     except Exception:
         proc.kill()
         raise
