@@ -213,6 +213,8 @@ def _step_html(step: dict, trace: Trace, mode: str, person_took_part: bool) -> t
             f'<svg viewBox="0 0 {width:.0f} {height:.0f}" preserveAspectRatio="none">'
             f"{_markers(step, width, height)}</svg></a>"
         )
+    elif isinstance(step.get("no_screenshot"), str) and not png:
+        picture = f'<p class="missing">no screenshot: {_e(step["no_screenshot"])}</p>'
     else:
         picture = f'<p class="missing">screenshot {_e(png or "")} is missing</p>'
     results = "".join(

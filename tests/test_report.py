@@ -184,6 +184,26 @@ def test_a_crashed_run_on_a_second_monitor_still_gets_a_report(tmp_path):
     assert "Crash &lt;b&gt;here&lt;/b&gt;" in page and "<b>here</b>" not in page
 
 
+def test_a_person_step_without_a_picture_shows_why(tmp_path):
+    from qvl_agent.report import write_report
+
+    writer = TraceWriter(tmp_path / "run")
+    writer.start(task="Sign in", engine="replay", executor="browser", mode="auto")
+    writer.step(
+        {
+            "step": 1,
+            "by": "person",
+            "no_screenshot": "the browser did not take it: <Target crashed>",
+            "actions": [{"action": "left_click"}],
+            "results": [{"action": 'click the "User" textbox', "ok": True, "message": "done by the person"}],
+        }
+    )
+    writer.close()
+    page = write_report(tmp_path / "run").read_text(encoding="utf-8")
+    assert "no screenshot: the browser did not take it: &lt;Target crashed&gt;" in page
+    assert "is missing" not in page
+
+
 def test_trace_show_and_list_escape_the_models_control_characters(tmp_path):
     """A reply or task holding terminal escape sequences (clear screen, set the window title, bidi
     overrides) reaches the terminal as visible escapes, never as the bytes themselves."""

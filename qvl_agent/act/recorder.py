@@ -75,8 +75,11 @@ class _Step:
     located: Located | None = None
     screenshot: str = ""
     screen: dict = field(default_factory=dict)
+    no_screenshot: str = ""  # why the step has no picture, for the trace and the report
 
 
+# Why a step has no picture when the recorder heard it only after later events had changed the page.
+MOVED_ON = "the recorder got to this step after the page had moved on"
 SNAPSHOT_AFTER_S = 1.0  # a page this long without a person's event is read for its end state
 SETTLE_S = 3.0  # the longest a stop waits for the page to settle
 POINTER_KINDS = {0: "left_click", 1: "middle_click", 2: "right_click"}
@@ -360,6 +363,8 @@ class PersonCapture:
         step = _Step(self.steps, kind, detail, handle, located)
         if self._issued == self._serving:  # no event waits: a picture now still shows the page before it
             self._shoot(page, step)
+        else:  # a picture now would show the page after later events, as this step never saw it
+            step.no_screenshot = MOVED_ON
         self._pending = step
 
     def _handle(self, frame, target: int):
@@ -403,6 +408,7 @@ class PersonCapture:
         try:
             png = self.ex.png(page, timeout=ACTION_TIMEOUT_MS)
         except self.ex._error_type as exc:  # the step goes without a picture, and the person is told why
+            step.no_screenshot = f"the browser did not take it: {str(exc).splitlines()[0][:200]}"
             if len(self.problems) < 20:
                 self.problems.append(f"step {step.n} has no picture ({str(exc).splitlines()[0][:200]})")
             return
@@ -455,6 +461,8 @@ class PersonCapture:
         record = {"step": step.n, "by": "person", "reply": "", "actions": [action], "results": [result]}
         if step.screenshot:
             record.update(screenshot=step.screenshot, screen=step.screen)
+        elif step.no_screenshot:
+            record["no_screenshot"] = step.no_screenshot
         self._write(record)
 
     def _dialog_answered(self, page, answer: dict) -> None:
