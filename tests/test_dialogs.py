@@ -109,6 +109,9 @@ def test_a_timer_s_dialog_a_reply_that_is_no_answer_and_the_start_page_s_dialog(
     source = exported(tmp_path)
     assert 'START_DIALOGS = [["alert", "Welcome back", False]]' in source
     assert 'DIALOGS.expect("alert", "Time to shop", False)' in source
+    # ...and waited for before the next click, which a replay sending it while the alert is open would lose
+    waited = source.index('DIALOGS.opened("alert", "Time to shop")')
+    assert source.index('name="Remind me"') < waited < source.index('name="Delete note"')
     replayed = replay_script(tmp_path / "out.py")
     assert replayed.returncode == 0, replayed.stderr + "\n" + source
     assert "Note kept" in source  # the end state the dismissal led to is checked

@@ -127,6 +127,9 @@ def test_a_hostile_dialog_message_exports_as_a_literal_and_the_gate_passes_it(me
     for line in calls:
         args = eval(line[len("DIALOGS.expect") :], {"os": __import__("os")})  # literals only, no names
         assert args[1] == message
+    # The timer's alert is waited for where the run met it, before the next step, by its literals alone.
+    [waits] = [line.strip() for line in source.splitlines() if line.strip().startswith("DIALOGS.opened(")]
+    assert eval(waits[len("DIALOGS.opened") :], {}) == ("alert", message)
 
 
 @pytest.mark.parametrize(
@@ -137,6 +140,10 @@ def test_a_hostile_dialog_message_exports_as_a_literal_and_the_gate_passes_it(me
         'DIALOGS.answer("alert")',
         "DIALOGS.expected.clear()",
         'DIALOGS.expect("alert", "x", True, "y", "z")',
+        'DIALOGS.opened("alert", __import__("os").system("id"))',
+        'DIALOGS.opened("alert")',
+        'DIALOGS.opened("alert", "x", page)',
+        'DIALOGS.opened(kind="alert", message="x")',
         'print("alert")',
         'dialogs.expect("alert", "x", True)',
     ],

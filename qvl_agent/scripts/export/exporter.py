@@ -13,7 +13,8 @@ using Playwright's sync API, importing nothing from qvl_agent, that
     no unique locator falls back to the recorded CSS pixel,
   - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
   - answers each dialog the run answered (alert, confirm, prompt, beforeunload): the step that opened it
-    is preceded by `DIALOGS.expect(type, message, accept[, text])` (the start page's are `START_DIALOGS`),
+    is preceded by `DIALOGS.expect(type, message, accept[, text])` (the start page's are `START_DIALOGS`;
+    a timer's is armed before the step before it, and `DIALOGS.opened(type, message)` waits for it there),
     and the one handler of every tab (`Dialogs.answer`) answers a dialog expected by then as recorded (the
     earliest with that type and message: a timer's dialog may come after a later step's); any other is
     dismissed and fails the replay with a sentence quoting its message, once the step returns (raising
@@ -116,6 +117,11 @@ def _expect_dialog(dialog: dict) -> str:
     return f"DIALOGS.expect({', '.join(args)})"
 
 
+def _dialog_opened(dialog: dict) -> str:
+    """`DIALOGS.opened(type, message)`: the replay waits for a page's own dialog the run met here."""
+    return f"DIALOGS.opened({lit(str(dialog['type']))}, {lit(str(dialog['message']))})"
+
+
 def _loose(text: str) -> str:
     """A pattern for `text` where each placeholder matches whatever the page put there."""
     return r"[^/?#&]*".join(re.escape(part) for part in PLACEHOLDER.split(text)[::2])
@@ -167,6 +173,8 @@ def compile_run(
                 compiler.ops.insert(last_step_at, op)
                 if last_step_at <= compiler.tab_start:  # the current tab's ops begin one later now
                     compiler.tab_start += 1
+                # And met before the next step: a click the replay sent while it is still open would be lost.
+                compiler.add(Op([_dialog_opened(detail["dialog"])]))
             continue
         last_step_at = len(compiler.ops)
         if detail.get("dialogs"):  # answered while this step's action ran: expected before it

@@ -11,7 +11,7 @@ statement by statement, except for
     `try: ... except Error: ...`, `if not <Playwright call>: ...` or a bare `raise`, and each expression is
     built from literals, the names `page`, `popup`, `tabs`, `closing`, `origin`, calls of the Playwright
     methods below, `expect(...)`,
-    `re.compile(...)`, `re.escape(...)`, `DIALOGS.expect(...)` (a recorded dialog) and reads of
+    `re.compile(...)`, `re.escape(...)`, `DIALOGS.expect(...)` / `DIALOGS.opened(...)` (a recorded dialog) and reads of
     `os.environ["QVL_SECRET_..."]`. No other name, attribute, subscript or operator.
 
 `check_export` raises `UnsafeScript` (one sentence) otherwise, and the exporter writes nothing. Pure.
@@ -251,13 +251,12 @@ def _call(node: ast.Call) -> None:
         return
     if (
         isinstance(func, ast.Attribute)
-        and func.attr == "expect"
         and isinstance(func.value, ast.Name)
         and func.value.id == "DIALOGS"
-        and 3 <= len(node.args) <= 4
+        and (func.attr, len(node.args)) in (("expect", 3), ("expect", 4), ("opened", 2))
         and not node.keywords
     ):
-        return  # a recorded dialog; its arguments were checked above
+        return  # a recorded dialog (or the wait for one); its arguments were checked above
     if isinstance(func, ast.Attribute) and func.attr in PLAYWRIGHT_ATTRS:
         return _receiver(func.value)
     _refuse("replay() calls something other than Playwright")

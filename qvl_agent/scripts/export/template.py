@@ -43,11 +43,24 @@ class Dialogs:
         self.expected = []
         self.unexpected = []
         self.where = ""  # the step of replay() that met the first unexpected dialog (in words), or "the end"
+        self.page, self.seconds = None, 0  # the first tab and --timeout, once main() has them
         for dialog in expected:
             self.expect(*dialog)
 
     def expect(self, kind, message, accept, text=None):
         self.expected.append((kind, message, accept, text))
+
+    def opened(self, kind, message):
+        """Wait until a recorded dialog of the page's own (a timer's), which the run met before its next step,
+        has opened and been answered: a click sent while it is open is lost. Up to --timeout; one that never
+        opens fails the replay at the end."""
+        for _ in range(int(self.seconds * 10)):
+            if self.unexpected or not any(expected[:2] == (kind, message) for expected in self.expected):
+                return
+            try:
+                self.page.wait_for_timeout(100)
+            except Error:
+                return  # the first tab is gone: the next step meets what it meets
 
     def answer(self, dialog):
         match = [i for i, expected in enumerate(self.expected) if expected[:2] == (dialog.type, dialog.message)]
@@ -111,6 +124,7 @@ def main():
             return 1
         try:
             page = browser.new_page(viewport=VIEWPORT)
+            DIALOGS.page, DIALOGS.seconds = page, args.timeout
             page.context.set_default_timeout(args.timeout * 1000)  # every tab the run opens waits as long
             expect.set_options(timeout=args.timeout * 1000)
             page.context.on("dialog", DIALOGS.answer)  # every tab's dialogs
