@@ -127,9 +127,9 @@ def test_a_hostile_dialog_message_exports_as_a_literal_and_the_gate_passes_it(me
     for line in calls:
         args = eval(line[len("DIALOGS.expect") :], {"os": __import__("os")})  # literals only, no names
         assert args[1] == message
-    # The timer's alert is waited for where the run met it, before the next step, by its literals alone.
-    [waits] = [line.strip() for line in source.splitlines() if line.strip().startswith("DIALOGS.opened(")]
-    assert eval(waits[len("DIALOGS.opened") :], {}) == ("alert", message)
+    # Each is waited for where the run met it, before the next step, by its literals alone.
+    waits = [line.strip() for line in source.splitlines() if line.strip().startswith("DIALOGS.opened(")]
+    assert [eval(line[len("DIALOGS.opened") :], {}) for line in waits] == [("confirm", message), ("alert", message)]
 
 
 @pytest.mark.parametrize(

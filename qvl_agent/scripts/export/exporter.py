@@ -14,7 +14,8 @@ using Playwright's sync API, importing nothing from qvl_agent, that
   - follows the run into a tab it opened (`expect_popup`) and back to an earlier one,
   - answers each dialog the run answered (alert, confirm, prompt, beforeunload): the step that opened it
     is preceded by `DIALOGS.expect(type, message, accept[, text])` (the start page's are `START_DIALOGS`;
-    a timer's is armed before the step before it, and `DIALOGS.opened(type, message)` waits for it there),
+    a timer's is armed before the step before it) and followed by `DIALOGS.opened(type, message)`, which
+    waits until it opened before the next step),
     and the one handler of every tab (`Dialogs.answer`) answers a dialog expected by then as recorded (the
     earliest with that type and message: a timer's dialog may come after a later step's); any other is
     dismissed and fails the replay with a sentence quoting its message, once the step returns (raising
@@ -192,6 +193,8 @@ def compile_run(
             compiler.add(Op([f"expect(page).to_have_url({url_expr(url_before)})"]))
         last_url = url_before
         compiler.step(n, step["kind"], detail, step.get("describe", step["kind"]), typed=step.get("typed"))
+        for dialog in detail.get("dialogs") or []:  # met during the action (a timer's, too): before the next
+            compiler.add(Op([_dialog_opened(dialog)]))
     if final is not None:  # the page the end state was read on (no "tab": the first)
         compiler.switch_tab(final.get("tab", 0), "the end state")
     final_fields = {target_key(item["locator"]): item["state"] for item in (final or {}).get("fields", [])}
