@@ -129,26 +129,26 @@ def _x(*args: str) -> None:
 
 def viewport_origin(timeout: float = 30) -> tuple[int, int]:
     """Where the viewport's top-left CSS pixel is on the X screen: the page's magenta mark."""
-    from Xlib import X
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        data, width = screen(), _screen_width()
+        at = data.find(b"\xff\x00\xff")
+        while at != -1:
+            if at % 4 == 0 and data[at + 4 : at + 7] == b"\xff\x00\xff":
+                return (at // 4) % width, (at // 4) // width
+            at = data.find(b"\xff\x00\xff", at + 1)
+        time.sleep(0.3)
+    raise AssertionError("the recorder's page never showed on the display")
+
+
+def _screen_width() -> int:
     from Xlib import display as xdisplay
 
-    deadline = time.monotonic() + timeout
     conn = xdisplay.Display(_display())
     try:
-        root = conn.screen().root
-        geometry = root.get_geometry()
-        width, height = geometry.width, geometry.height
-        while time.monotonic() < deadline:
-            data = root.get_image(0, 0, width, height, X.ZPixmap, 0xFFFFFFFF).data  # BGRX
-            at = data.find(b"\xff\x00\xff")
-            while at != -1:
-                if at % 4 == 0 and data[at + 4 : at + 7] == b"\xff\x00\xff":
-                    return (at // 4) % width, (at // 4) // width
-                at = data.find(b"\xff\x00\xff", at + 1)
-            time.sleep(0.3)
+        return conn.screen().width_in_pixels
     finally:
         conn.close()
-    raise AssertionError("the recorder's page never showed on the display")
 
 
 def screen() -> bytes:

@@ -408,9 +408,10 @@ class PersonCapture:
         try:
             png = self.ex.png(page, timeout=ACTION_TIMEOUT_MS)
         except self.ex._error_type as exc:  # the step goes without a picture, and the person is told why
-            step.no_screenshot = f"the browser did not take it: {str(exc).splitlines()[0][:200]}"
+            why = str(exc).splitlines()[0][:200]
+            step.no_screenshot = f"the browser did not take it: {why}"
             if len(self.problems) < 20:
-                self.problems.append(f"step {step.n} has no picture ({str(exc).splitlines()[0][:200]})")
+                self.problems.append(f"step {step.n} has no picture ({why})")
             return
         shot = load_image_bytes(png, name="page screenshot")
         view = Screenshot(shot.data, shot.width, shot.height, shot.layout, source=f"browser:{page.url}")
