@@ -129,9 +129,9 @@ def _x(*args: str) -> None:
 
 def viewport_origin(timeout: float = 30) -> tuple[int, int]:
     """Where the viewport's top-left CSS pixel is on the X screen: the page's magenta mark."""
-    deadline = time.monotonic() + timeout
+    deadline, width = time.monotonic() + timeout, _screen_width()
     while time.monotonic() < deadline:
-        data, width = screen(), _screen_width()
+        data = screen()
         at = data.find(b"\xff\x00\xff")
         while at != -1:
             if at % 4 == 0 and data[at + 4 : at + 7] == b"\xff\x00\xff":
