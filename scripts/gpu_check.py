@@ -294,6 +294,7 @@ def run(engine: Qwen3VLEngine, log, only: str = "") -> Checker:
             ties[i] = c.verify(f"concurrent: request {i} alone", session, fixed(lengths[i]))["near_ties"]
 
         before = sum(batcher.batch_sizes.values())
+        ahead, graph_prefills = batcher.ahead_steps, batcher.graph_prefills
         batched: dict = {}
         threads = []
         for i, shot in enumerate(shots):
@@ -306,6 +307,10 @@ def run(engine: Qwen3VLEngine, log, only: str = "") -> Checker:
             t.join(600)
         if sum(batcher.batch_sizes.values()) == before:
             raise AssertionError("no decode step ran batched")
+        if batcher.ahead_steps == ahead:
+            raise AssertionError("no batched step ran ahead of the host")
+        if engine.fast is not None and batcher.graph_prefills == graph_prefills:
+            raise AssertionError("no batched prompt was prefilled through a captured graph")
         for i in range(len(shots)):
             ids, session = batched[i]
             if ids == "cancelled":
@@ -326,7 +331,10 @@ def run(engine: Qwen3VLEngine, log, only: str = "") -> Checker:
             row["error"] = "batched follow-up differs from the same follow-up alone"
         if session.last_stats.cached_tokens == 0:
             raise AssertionError("the follow-up did not reuse its KV")
-        log(f"batch sizes so far: {dict(sorted(batcher.batch_sizes.items()))}")
+        log(
+            f"batch sizes so far: {dict(sorted(batcher.batch_sizes.items()))}; steps run ahead of the host: "
+            f"{batcher.ahead_steps}; prompts prefilled as a graph: {batcher.graph_prefills}"
+        )
 
     def prefetched():
         s = engine.open_session()

@@ -134,7 +134,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else 0.0
 
 
-BATCH_COUNTERS = ("qvl_batch_prefill_seconds_total", "qvl_batch_decode_seconds_total", "qvl_decode_batch_size_count")
+BATCH_COUNTERS = (
+    "qvl_batch_prefill_seconds_total",
+    "qvl_batch_decode_seconds_total",
+    "qvl_decode_batch_size_count",
+    "qvl_batch_ahead_steps_total",
+)
 
 
 async def batch_counters(http: httpx.AsyncClient, url: str) -> dict[str, float]:
@@ -158,6 +163,7 @@ def batch_time(before: dict, after: dict, elapsed: float) -> dict:
         "batch_prefill_share": round(delta["qvl_batch_prefill_seconds_total"] / elapsed, 3),
         "batch_decode_share": round(delta["qvl_batch_decode_seconds_total"] / elapsed, 3),
         "decode_step_ms_mean": round(1000 * delta["qvl_batch_decode_seconds_total"] / steps, 2) if steps else None,
+        "ahead_share": round(delta.get("qvl_batch_ahead_steps_total", 0.0) / steps, 3) if steps else None,
     }
 
 
@@ -259,7 +265,8 @@ def print_round(max_batch: str, row: dict) -> None:
         print(
             f"  the batch thread: {100 * row['batch_prefill_share']:.0f}% of the round prefilling, "
             f"{100 * row['batch_decode_share']:.0f}% in decode steps ({row['decode_step_ms_mean']:.1f} ms a step "
-            "with the picks and each stream's piece)",
+            f"with the picks and each stream's piece; {100 * (row.get('ahead_share') or 0):.0f}% of the steps ran "
+            "ahead of the host)",
             flush=True,
         )
     if row["textless"]:

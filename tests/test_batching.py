@@ -150,17 +150,26 @@ def _in_order(engine, readers: list[Reader]) -> list[str]:
     return [r.reply() for r in readers]
 
 
+class StepSpy:
+    """Stands in for the batcher's step: tells `seen` the rows of each step, then runs the step itself."""
+
+    def __init__(self, step, seen):
+        self.step, self.seen = step, seen
+
+    def __call__(self, tokens, picked=None):
+        self.seen(tokens)
+        return self.step(tokens, picked)
+
+    def __getattr__(self, name):
+        return getattr(self.step, name)
+
+
 @contextmanager
 def step_log(engine):
     """The sessions that decoded in each batched step, in order (`log[i]` is a set of session ids)."""
     batcher, log = engine.batcher, []
     step = batcher.step
-
-    def spy(tokens):
-        log.append({batcher.kv.rows[r].owner for r in tokens})
-        return step(tokens)
-
-    batcher.step = spy
+    batcher.step = StepSpy(step, lambda tokens: log.append({batcher.kv.rows[r].owner for r in tokens}))
     try:
         yield log
     finally:
@@ -218,6 +227,32 @@ def test_concurrent_sessions_get_exactly_their_alone_replies(engine, alone):
     assert [s.last_stats.decode_tokens for s in sessions[:2]] == [6, 25]
     assert all(s.last_stats.decode_batch_max >= 2 for s in sessions)
     assert max((Counter(engine.batcher.batch_sizes) - before).keys()) >= 3
+
+
+def test_greedy_steps_run_ahead_of_the_host_and_turns_ending_meanwhile_keep_exact_kv(engine, alone):
+    """While every turn picks greedily and nothing else waits, each step starts from the previous step's
+    picks on the device before the host has read them. A turn that ends meanwhile (its length, a stop
+    string) has had one step too many run for it: its row gives that position back, so its reply, its
+    context and its follow-up (which prefills on the KV the batch left) are exactly those alone."""
+    probe = Ask(_shot(72, 72, 40), "Name three colours.", GenerationOptions(max_new_tokens=30))
+    full = _alone(alone, probe)[0][0]
+    stop = full[len(full) // 2 : len(full) // 2 + 2]
+    assert stop.strip(), f"the probe's reply has no text to stop at: {full!r}"
+    asks = [
+        Ask(_shot(72, 72, 40), "Name three colours.", GenerationOptions(max_new_tokens=30, stop=(stop,))),
+        Ask(_shot(64, 96, 41), "What is open?", _fixed(7)),
+        Ask(_shot(96, 64, 42), "Count the windows.", _fixed(40)),
+    ]
+    follow_up = ("And then?", _fixed(5))
+    sessions = [a.open(engine) for a in asks]
+    ahead = engine.batcher.ahead_steps
+    replies = _together(engine, sessions, asks)
+    assert engine.batcher.ahead_steps - ahead >= 30  # most steps ran ahead of the host
+    assert stop not in replies[0] and sessions[0].last_stats.decode_tokens < 30  # cut at the stop string
+    for ask, session, reply in zip(asks, sessions, replies, strict=True):
+        assert session.last_stats.decode_path == "batched" and session.last_stats.decode_batch_max == 3
+        follow = session.complete(follow_up[0], options=follow_up[1])
+        assert ([reply, follow], list(session.context.ids)) == _alone(alone, ask, [follow_up])
 
 
 # --- 2. staggered arrivals --------------------------------------------------------------------------------
@@ -397,7 +432,9 @@ def test_a_short_turn_arriving_later_finishes_while_the_long_one_still_streams(e
     assert [short_reply] == _alone(alone, short)[0] and [long_reply] == _alone(alone, long)[0]
     with_b = [i for i, owners in enumerate(log) if b.id in owners]
     with_a = [i for i, owners in enumerate(log) if a.id in owners]
-    assert len(with_b) == 7  # the first token comes from the prefill, each later one from a shared step
+    # The first token comes from the prefill, each later one from a shared step (7), and one more step ran
+    # for it, launched from its last pick before the host had read that it was the last (run ahead).
+    assert len(with_b) == 8
     assert all(a.id in log[i] for i in with_b)  # the long turn decoded in every step of the short one
     assert with_b[-1] < with_a[-1] - 100  # and went on long after the short one had finished
 
@@ -418,12 +455,8 @@ def test_a_prompt_longer_than_a_chunk_is_prefilled_between_the_others_steps(engi
     lead.paused.wait(TIMEOUT)
     hook = layer.register_forward_pre_hook(lambda m, args: passes.append(tuple(args[0].shape[:2])))
     step = engine.batcher.step
-
-    def logged_step(tokens):  # the batched step runs the fused weights, not the layer's modules
-        passes.append((len(tokens), 1))
-        return step(tokens)
-
-    engine.batcher.step = logged_step
+    # The batched step runs the fused weights, not the layer's modules: it is logged where it is called.
+    engine.batcher.step = StepSpy(step, lambda tokens: passes.append((len(tokens), 1)))
     try:
         late = Reader(b, long_prompt)
         late.start()

@@ -16,6 +16,7 @@ import torch
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.batch_kv import BatchKV
 from qvl_agent.engine.batch_step import BatchStep
+from qvl_agent.engine.context import Context
 from qvl_agent.engine.cuda_graphs import KVSlot
 from qvl_agent.engine.fast_step import FastStep, fuse_weights, supported
 from qvl_agent.engine.qwen3vl import DECODE_STEPS, Qwen3VLEngine
@@ -131,6 +132,45 @@ def test_the_batched_step_gives_every_row_transformers_logits(fused, attention):
         torch.testing.assert_close(torch.stack(got[r]), full[r], rtol=1e-4, atol=1e-4)
         assert kv.rows[r].length == len(ids)
     assert kv.rows[1].length == 0 and not kv.layers[0][0][1, :, :-1].any()  # the idle row: scratch only
+
+
+@torch.inference_mode()
+def test_a_prompt_prefilled_in_the_single_slot_decodes_on_in_a_batch_row_exactly(fused):
+    """A batched turn whose prompt ran as one prefill on the engine's single slot (a captured bucket on
+    a GPU; here the same forward, eagerly) goes on in its batch row: the row gets every position the slot
+    held, its next tokens' logits are one full forward's (teacher-forced), the slot no longer speaks for
+    the session, and at the end the session's own cache holds exactly what the row ran."""
+    from qvl_agent.engine.cuda_graphs import text_forward
+    from qvl_agent.engine.kv_state import SessionKV
+
+    model, layers, before = fused
+    lm = model.model.language_model
+    slot = KVSlot(model, 3072, torch.device("cpu"), torch.float32)
+    batch = BatchKV(model, 2, 64, torch.device("cpu"), torch.float32)
+    step = BatchStep(model, batch, layers)
+    ids = IDS[0].tolist()
+    kv = SessionKV(model.config, "s")
+    target = Context(ids[:12], [], "")
+    assert kv.prepare(target) == 0
+    slot.load(kv.cache, 0, "s")
+    kv.attach(slot)
+    hidden = text_forward(model, lm.embed_tokens(IDS[:, :12]), POS[:, :, :12], slot.views[2048], [])
+    slot.set_length(12)  # as `GraphRunner.run_prefill` does after its replay
+    kv.ran(target, 12)
+    torch.testing.assert_close(model.lm_head(hidden[0]), before[:12], rtol=1e-4, atol=1e-4)
+
+    row = batch.take("s")
+    kv.continue_on(row)
+    assert (kv.slot, kv.stored, slot.owner, row.length) == (row, 0, None, 12)
+    logits = [step({row.index: (ids[i], i)})[row.index] for i in range(12, 20)]
+    kv.ran_tokens(ids[12:20])
+    torch.testing.assert_close(torch.stack(logits), before[12:], rtol=1e-4, atol=1e-4)
+
+    kv.sync()  # what the turn's end does: the row's positions go back to the session's cache
+    assert kv.cache.get_seq_length() == 20 and kv.slot is None
+    for layer, (keys, values) in zip(kv.cache.layers, batch.layers, strict=True):
+        assert torch.equal(layer.keys[0], keys[row.index, :, :20])
+        assert torch.equal(layer.values[0], values[row.index, :, :20])
 
 
 def test_an_unknown_attention_variant_is_refused(tiny_model_dir):

@@ -56,11 +56,12 @@ def test_a_round_reports_textless_replies_instead_of_a_first_token_at_the_end(se
 
 def test_the_batch_threads_split_is_the_round_share_of_each_counter(serve_bench, capsys):
     before = {"qvl_batch_prefill_seconds_total": 1.0, "qvl_batch_decode_seconds_total": 2.0,
-              "qvl_decode_batch_size_count": 100.0}  # fmt: skip
+              "qvl_decode_batch_size_count": 100.0, "qvl_batch_ahead_steps_total": 50.0}  # fmt: skip
     after = {"qvl_batch_prefill_seconds_total": 3.0, "qvl_batch_decode_seconds_total": 5.0,
-             "qvl_decode_batch_size_count": 400.0}  # fmt: skip
+             "qvl_decode_batch_size_count": 400.0, "qvl_batch_ahead_steps_total": 290.0}  # fmt: skip
     split = serve_bench.batch_time(before, after, elapsed=10.0)
-    assert split == {"batch_prefill_share": 0.2, "batch_decode_share": 0.3, "decode_step_ms_mean": 10.0}
+    assert split == {"batch_prefill_share": 0.2, "batch_decode_share": 0.3, "decode_step_ms_mean": 10.0,
+                     "ahead_share": 0.8}  # fmt: skip
     assert serve_bench.batch_time({}, {}, 10.0) == {}  # a server without batching: nothing to split
 
 

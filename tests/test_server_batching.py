@@ -123,6 +123,7 @@ def test_concurrent_clients_decode_together_and_each_gets_its_own_answer(alone, 
     assert lines["qvl_tokens_per_second"] > 0
     # Where the batch thread's time went: some in prefilling the prompts, some in the decode steps
     assert lines["qvl_batch_prefill_seconds_total"] > 0 and lines["qvl_batch_decode_seconds_total"] > 0
+    assert 0 < lines["qvl_batch_ahead_steps_total"] < steps  # greedy steps ran ahead of the host, not all
     assert "qvl_batch_prefill_seconds" not in httpx.get(alone + "/metrics", headers=HEADERS).text
     # A lone request afterwards still answers exactly as before.
     assert [text for text, _ in again] == [reference[0][0], reference[3][0]]

@@ -49,7 +49,12 @@ class BatchStep:
         self.ids = torch.zeros(rows, 1, dtype=torch.long, device=device)
         self.pos = torch.zeros(3, rows, 1, dtype=torch.long, device=device)
         self.at = torch.full((rows,), kv.row_tokens - 1, dtype=torch.long, device=device)
-        self._host = torch.zeros(3 * rows, dtype=torch.long, pin_memory=device.type == "cuda")
+        # Two pinned staging buffers taken in turn: a step launched before the host has read the previous
+        # one's picks must not overwrite inputs whose copy to the device may still be queued.
+        pinned = device.type == "cuda"
+        self._host = [torch.zeros(3 * rows, dtype=torch.long, pin_memory=pinned) for _ in range(2)]
+        self._calls = 0
+        self._picked = torch.zeros(rows, dtype=torch.long, pin_memory=pinned)
         self.graphs: dict[tuple[int, int], tuple] = {}  # (rows, span) -> (graph, logits)
         self.problem = ""  # why graphs are off, when they are
         self._ranges = {s: torch.arange(s, device=device) for s in self.spans}
@@ -116,9 +121,15 @@ class BatchStep:
             self.problem = f"batched decode graphs: {type(exc).__name__}: {exc}"
         torch.cuda.synchronize(self.device)
 
-    def __call__(self, tokens: dict[int, tuple[int, int]]) -> torch.Tensor:
+    def picks(self, logits: torch.Tensor) -> Picks:
+        """The greedy picks of a step's `logits [rows, V]`, their copy to the host queued right away."""
+        return Picks(logits.argmax(dim=-1), self._picked)
+
+    def __call__(self, tokens: dict[int, tuple[int, int]], picked: torch.Tensor | None = None) -> torch.Tensor:
         """Append `tokens[row] = (token id, M-RoPE position)` to each decoding row; logits `[rows, V]`
-        for the rows `0..rows-1` the step ran (row `r`'s in line `r`). Rows advance by one."""
+        for the rows `0..rows-1` the step ran (row `r`'s in line `r`). Rows advance by one. With `picked`
+        (the previous step's picks `[rows]`, still on the device), each row's token is its pick there and
+        the ids in `tokens` are not read: the step needs no host sync before it."""
         rows_in_use = self.kv.in_use()
         end = max(self.kv.rows[r].length for r in tokens) + 1
         rows, span = self.shape_for(rows_in_use, end)
@@ -126,12 +137,13 @@ class BatchStep:
         ids, pos, at = [0] * rows, [0] * rows, [scratch] * rows
         for r, (token, position) in tokens.items():
             ids[r], pos[r], at[r] = token, position, self.kv.rows[r].length
-        # One host-to-device copy for all three; the pinned buffer is free again by the next step,
-        # whose caller has synchronised on this step's picks.
-        host = self._host[: 3 * rows].view(3, rows)
+        # One host-to-device copy for all three. This pinned buffer is written again two calls on, when
+        # the caller has synchronised on this step's picks (so the copy has run).
+        self._calls += 1
+        host = self._host[self._calls % 2][: 3 * rows].view(3, rows)
         host.copy_(torch.tensor([ids, pos, at], dtype=torch.long))
         staged = host.to(self.device, non_blocking=True)
-        self.ids[:rows, 0].copy_(staged[0])
+        self.ids[:rows, 0].copy_(staged[0] if picked is None else picked[:rows])
         self.pos[:, :rows, 0].copy_(staged[1].expand(3, rows))
         self.at[:rows].copy_(staged[2])
         entry = self.graphs.get((rows, span))
@@ -143,3 +155,23 @@ class BatchStep:
         for r in tokens:
             self.kv.rows[r].length += 1
         return logits
+
+
+class Picks:
+    """A step's greedy picks `[rows]` on the device, with their copy to the host queued at once: reading
+    them (`tolist`) waits for that step only, not for a step launched after it from `device`."""
+
+    def __init__(self, device: torch.Tensor, pinned: torch.Tensor):
+        self.device = device
+        self._ready = None
+        self._host = device
+        if device.is_cuda:
+            self._host = pinned[: len(device)]
+            self._host.copy_(device, non_blocking=True)
+            self._ready = torch.cuda.Event()
+            self._ready.record()
+
+    def tolist(self) -> list[int]:
+        if self._ready is not None:
+            self._ready.synchronize()  # lets go of the GIL while it waits: stream readers run meanwhile
+        return self._host.tolist()

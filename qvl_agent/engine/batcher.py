@@ -5,18 +5,20 @@ lock meanwhile). Each pass of its loop:
 
 1. admits waiting turns while a `BatchKV` row is free (FIFO; beyond the rows they wait in line);
 2. runs one unit of prefill for the turn with the fewest prompt tokens left to prefill (the oldest of
-   equals): its images (feature cache first), then the tokens its session's KV lacks, one chunk at a
-   time. So a short request waits for one unit of a longer prompt, never for the whole of it; prompts
-   alike are prefilled in the order they came, each to its first token before the next begins (taking
-   turns would give every one of them its first token only once all were prefilled); and between units
-   the decoding turns step, so a new request neither waits for others to finish nor stalls them for
-   longer than one chunk;
-3. runs one batched decode step (`BatchStep`) for every decoding turn and hands each its token.
+   equals): its images (feature cache first), then the tokens its session's KV lacks, as one captured
+   graph where a prefill bucket takes them (a GPU), else one chunk at a time. So a short request waits
+   for one unit of a longer prompt, never for the whole of it; prompts alike are prefilled in the order
+   they came, each to its first token before the next begins (taking turns would give every one of them
+   its first token only once all were prefilled); and between units the decoding turns step, so a new
+   request neither waits for others to finish nor stalls them for longer than one unit;
+3. runs one batched decode step (`BatchStep`) for every decoding turn and hands each its token; while
+   every turn picks greedily and nothing else waits, it goes on stepping, each step launched from the
+   previous one's picks on the device before the host reads them (`_decode`).
 
 Each turn keeps what a lone turn has: its own sampling parameters, stop strings, `max_new_tokens`,
 cancellation (checked every step), and its session's KV reuse (the prefill runs on the session's own
-cache, the row is loaded from it and copied back at the end). A turn's reply is exactly the one it
-would get alone: greedy picks come from the same logits.
+cache or the engine's slot, the row is loaded from there and copied back to the cache at the end). A
+turn's reply is exactly the one it would get alone: greedy picks come from the same logits.
 
 A turn whose context and reply would not fit a row runs on the single-stream path instead; so does a
 turn that arrives while nothing else is running (`LocalSession._generate`), which keeps a lone session
@@ -86,6 +88,8 @@ class Batcher:
         self._beside: set[str] = set()  # single-stream turns letting the batch run a pass (`step_beside`)
         self.batch_sizes: Counter[int] = Counter()  # decode steps by how many turns they carried
         self.tokens = 0  # tokens decoded in batched steps
+        self.ahead_steps = 0  # steps launched from the previous step's picks before the host read them
+        self.graph_prefills = 0  # prompts prefilled as one captured graph on the engine's slot
         # Where the batch thread's time goes (`serve`'s /metrics): seconds in prefill units (the GPU's
         # work included: a unit ends with a sync on a GPU) and in decode steps (launch to the picks).
         self.prefill_seconds = 0.0
@@ -270,7 +274,12 @@ class Batcher:
         yield
         pos, next_pos = s._positions(target, reuse, bool(fresh))
         s.kv.next_pos = None
-        logits = yield from s._prefill_chunks(target, reuse, fresh, feats, pos, self.prefill_chunk)
+        # A prompt a captured bucket takes runs as one graph on the engine's slot (a lone turn's speed;
+        # the row is loaded from the slot); anything else runs eagerly, a chunk per unit.
+        logits = s._prefill_graph(target, reuse, fresh, feats, pos)
+        self.graph_prefills += logits is not None
+        if logits is None:
+            logits = yield from s._prefill_chunks(target, reuse, fresh, feats, pos, self.prefill_chunk)
         s.kv.next_pos = next_pos
         turn.pos0 = next_pos
         return logits
@@ -283,8 +292,7 @@ class Batcher:
             logits = done.value
         turn.prefill = None
         s = turn.session
-        turn.row.load(s.kv.cache, s.kv.length, s.id)
-        s.kv.attach(turn.row)
+        s.kv.continue_on(turn.row)
         if turn.generated:  # adopted mid-reply: its next token is already chosen
             return
         turn.stream = TextStream(self.engine.tokenizer, turn.options.stop)
@@ -292,19 +300,53 @@ class Batcher:
         self._accept(turn, s._choices(logits, 0, turn.options, turn.generated)[0])
 
     def _decode(self, turns: list[_Turn]) -> None:
-        """One batched step for `turns`, each then takes its next token."""
+        """Batched steps for `turns`, each turn then taking its next token: one step, or several in a row
+        while every turn picks greedily and nobody else waits for the model. Then each next step is
+        launched from the previous one's picks on the device before the host reads them, so the host's
+        work for a token (its text, stop strings, streaming) runs while the device computes the next."""
         e = self.engine
         for t in turns:
             t.session.kv.check()
         logits = self.step({t.row.index: (t.generated[-1], t.pos0 + len(t.generated) - 1) for t in turns})
         for t in turns:
             t.session.kv.ran_tokens([t.generated[-1]])
-        logits.index_fill_(1, e.banned_ids, float("-inf"))
-        forbid = [t.row.index for t in turns if len(t.generated) < t.options.min_new_tokens]
-        if forbid:
-            rows = torch.tensor(forbid, device=logits.device).view(-1, 1)
-            logits[rows, torch.tensor(e.eos_list, device=logits.device).view(1, -1)] = float("-inf")
-        greedy = logits.argmax(dim=-1).tolist()  # the one host sync per step, for every stream
+        while True:
+            logits.index_fill_(1, e.banned_ids, float("-inf"))
+            forbid = [t.row.index for t in turns if len(t.generated) < t.options.min_new_tokens]
+            if forbid:
+                rows = torch.tensor(forbid, device=logits.device).view(-1, 1)
+                logits[rows, torch.tensor(e.eos_list, device=logits.device).view(1, -1)] = float("-inf")
+            picks = self.step.picks(logits)
+            ahead = self._can_run_ahead(turns)
+            if ahead:  # the next step, fed the picks on the device; a turn that ends now gives its row back
+                next_logits = self.step({t.row.index: (0, t.pos0 + len(t.generated)) for t in turns}, picks.device)
+                for t in turns:
+                    t.row.length -= 1  # until the host knows the turn goes on
+                self.ahead_steps += 1
+            self._take(turns, logits, picks.tolist())
+            if not ahead:
+                return
+            turns = [t for t in turns if not t.finished.is_set()]
+            for t in turns:
+                t.row.length += 1  # the step already launched holds the token the turn just took
+                t.session.kv.ran_tokens([t.generated[-1]])
+            if not turns:
+                return
+            logits = next_logits
+
+    def _can_run_ahead(self, turns: list[_Turn]) -> bool:
+        """Whether the next step may start before the host reads this one's picks: every turn's next
+        token is its greedy pick, and no turn waits to join, prefill, or take the model."""
+        if self._waiting or self.engine.lock.waiting or self._closed:
+            return False
+        for t in turns:
+            o = t.options
+            if o.temperature > 0 or len(t.generated) < len(o.force_ids) or t.session.cancelled:
+                return False
+        return not any(t.prefill is not None for t in self._active)
+
+    def _take(self, turns: list[_Turn], logits: torch.Tensor, greedy: list[int]) -> None:
+        """Each turn's next token from one step: forced, sampled from its row, or its greedy pick."""
         n = len(turns)
         self.batch_sizes[n] += 1
         self.tokens += n

@@ -195,12 +195,14 @@ class GraphRunner:
         self.slot.set_length(start)
         torch.cuda.synchronize(device)
 
-    def prefill_size(self, n: int) -> int | None:
-        """The bucket a prefill of `n` tokens runs in, None when no captured graph can take it."""
+    def prefill_size(self, n: int, start: int | None = None) -> int | None:
+        """The bucket a prefill of `n` tokens after `start` positions (the slot's length when not given)
+        runs in, None when no captured graph can take it."""
+        start = self.slot.length if start is None else start
         size = next((s for s in self.sizes if s >= n), None)
-        if size is None or self.slot.length + size > self.slot.max_len:
+        if size is None or start + size > self.slot.max_len:
             return None
-        return size if (size, self.slot.span_for(self.slot.length + size)) in self.prefill else None
+        return size if (size, self.slot.span_for(start + size)) in self.prefill else None
 
     def run_prefill(
         self, embeds: torch.Tensor, pos: torch.Tensor, deepstack: list[tuple], all_logits: bool = False

@@ -149,6 +149,18 @@ class SessionKV:
         self.stored = self.cache.get_seq_length()
         self.check()
 
+    def continue_on(self, slot) -> None:
+        """Copy everything this session's KV holds into `slot` (from the slot it runs on, else from the
+        cache) and go on there. The slot it leaves no longer speaks for this session."""
+        self.check()
+        slot.load(self.slot.cache if self.slot is not None else self.cache, self.length, self.owner)
+        if self.slot is not None:
+            self.slot.owner = None
+        else:
+            self.stored = self.cache.get_seq_length()
+        self.slot = slot
+        self.check()
+
     def trim(self, n: int) -> None:
         """Forget positions from `n` on (rejected drafts, the last sampled token)."""
         if n >= self.length:

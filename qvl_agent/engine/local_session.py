@@ -135,26 +135,34 @@ class LocalSession(Session):
         On a GPU the tokens run as a captured graph on the shared KV slot whenever a bucket takes them;
         anything else runs eagerly in chunks on the session's own cache, then goes into the slot (if the
         reply fits) so that decoding still replays graphs."""
-        e, fast = self.engine, self.engine.fast
+        fast = self.engine.fast
         if fast is None or len(target.ids) + room + MAX_DRAFT + 1 > fast.slot.max_len:
             if fast is not None and fast.slot.owner == self.id:
                 fast.slot.owner = None  # the slot no longer matches this session's cache
             return self._prefill_eager(target, reuse, fresh, feats, pos)
+        logits = self._prefill_graph(target, reuse, fresh, feats, pos)
+        if logits is None:
+            logits = self._prefill_eager(target, reuse, fresh, feats, pos)
+            fast.slot.load(self.kv.cache, len(target.ids), self.id)
+            self.kv.attach(fast.slot)
+        return logits
+
+    def _prefill_graph(self, target, reuse, fresh: list[ImageSpan], feats: list[Features], pos):
+        """Run `target.ids[reuse:]` as one captured prefill graph on the engine's shared slot, where this
+        session's KV then goes on; the last position's logits `[1, V]`. None, with nothing changed, when
+        there are no graphs or no captured bucket takes that many tokens after `reuse`."""
+        e, fast = self.engine, self.engine.fast
+        if fast is None or fast.prefill_size(len(target.ids) - reuse, start=reuse) is None:
+            return None
         slot = fast.slot
         if not (slot.owner == self.id and slot.length >= reuse):
             slot.load(self.kv.cache, reuse, self.id)
         slot.set_length(reuse)
-        new = len(target.ids) - reuse
-        if fast.prefill_size(new) is not None:
-            self.kv.attach(slot)
-            ids = torch.tensor([target.ids[reuse:]], device=e.device)
-            embeds, deepstack = e.embed(ids, [span.start - reuse for span in fresh], feats)
-            logits = fast.run_prefill(embeds, pos, deepstack)
-            self.kv.ran(target, len(target.ids))
-            return logits
-        logits = self._prefill_eager(target, reuse, fresh, feats, pos)
-        slot.load(self.kv.cache, len(target.ids), self.id)
         self.kv.attach(slot)
+        ids = torch.tensor([target.ids[reuse:]], device=e.device)
+        embeds, deepstack = e.embed(ids, [span.start - reuse for span in fresh], feats)
+        logits = fast.run_prefill(embeds, pos, deepstack)
+        self.kv.ran(target, len(target.ids))
         return logits
 
     def _prefill_eager(self, target, reuse, fresh, feats, pos):

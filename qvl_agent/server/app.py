@@ -332,6 +332,10 @@ def _batch_counters(batcher) -> dict:
             "Seconds the batch thread spent in batched decode steps (the step, the picks, each stream's piece).",
             lambda: batcher.decode_seconds,
         ),
+        "qvl_batch_ahead_steps_total": (
+            "Batched decode steps launched from the previous step's picks before the host read them.",
+            lambda: batcher.ahead_steps,
+        ),
     }
 
 
