@@ -171,6 +171,9 @@ class Settings:
     compile: bool = True  # on a GPU, a torch.compile'd decode step is built in the background and swapped in
     max_batch: int = 16  # turns of different sessions decoding in one batched step; 1 turns batching off
     batch_memory_mb: int = 8192  # KV memory of the batch's rows (4,096 or 3,072 tokens each), which bounds it too
+    # On a GPU, the batch's newest paths: prompts through the captured prefill buckets, and greedy steps
+    # launched ahead of the host. Off there until the GPU check has passed them (a CPU always runs ahead).
+    fast_batch: bool = False
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
@@ -264,6 +267,7 @@ ENV_VARS = {
     "QVL_COMPILE": "compile",
     "QVL_MAX_BATCH": "max_batch",
     "QVL_BATCH_MEMORY_MB": "batch_memory_mb",
+    "QVL_FAST_BATCH": "fast_batch",
     "QVL_SAFETY_MODE": "safety_mode",
     "QVL_BROWSER": "browser",
     "QVL_SANDBOX_MEMORY_MB": "sandbox_memory_mb",

@@ -63,7 +63,7 @@ def build_engine(device: str, model_dir: str | None, compile: bool = True) -> Qw
         ids = mf._token_ids(processor.tokenizer)
         model.generation_config = GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"], do_sample=False)
     engine = Qwen3VLEngine(
-        model.eval(), processor, name="gpu-check", settings=Settings(feature_cache_mb=8192, compile=compile)
+        model.eval(), processor, name="gpu-check", settings=Settings(feature_cache_mb=8192, compile=compile, fast_batch=True)
     )
     engine.warm_up()
     return engine
