@@ -62,9 +62,8 @@ def build_engine(device: str, model_dir: str | None, compile: bool = True) -> Qw
             model = Qwen3VLForConditionalGeneration(config).float()
         ids = mf._token_ids(processor.tokenizer)
         model.generation_config = GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"], do_sample=False)
-    engine = Qwen3VLEngine(
-        model.eval(), processor, name="gpu-check", settings=Settings(feature_cache_mb=8192, compile=compile, fast_batch=True)
-    )
+    settings = Settings(feature_cache_mb=8192, compile=compile, fast_batch=True)  # every new path on
+    engine = Qwen3VLEngine(model.eval(), processor, name="gpu-check", settings=settings)
     engine.warm_up()
     return engine
 
