@@ -195,6 +195,12 @@ def test_speculative_decoding_is_a_true_or_false_setting(path):
         config.load(path, env={"QVL_SPECULATE": "maybe"})
 
 
+def test_the_batchs_newest_gpu_paths_stay_off_until_asked_for(path):
+    assert Settings().fast_batch is False  # until the GPU check has passed them
+    assert load_text(path, "fast_batch = true\n").settings.fast_batch is True
+    assert config.load(path, env={"QVL_FAST_BATCH": "1"}).settings.fast_batch is True
+
+
 def test_max_pixels_beyond_what_the_model_sees_is_refused(path):
     loaded = load_text(path, "max_pixels = 100000000000\n")
     assert loaded.settings.max_pixels == Settings().max_pixels
