@@ -121,9 +121,10 @@ class BatchStep:
             self.problem = f"batched decode graphs: {type(exc).__name__}: {exc}"
         torch.cuda.synchronize(self.device)
 
-    def picks(self, logits: torch.Tensor) -> Picks:
-        """The greedy picks of a step's `logits [rows, V]`, their copy to the host queued right away."""
-        return Picks(logits.argmax(dim=-1), self._picked)
+    def picks(self, logits: torch.Tensor, queued: bool) -> Picks:
+        """The greedy picks of a step's `logits [rows, V]`; with `queued`, their copy to the host is
+        queued right away, so that a step launched next does not delay reading them."""
+        return Picks(logits.argmax(dim=-1), self._picked if queued else None)
 
     def __call__(self, tokens: dict[int, tuple[int, int]], picked: torch.Tensor | None = None) -> torch.Tensor:
         """Append `tokens[row] = (token id, M-RoPE position)` to each decoding row; logits `[rows, V]`
@@ -158,14 +159,15 @@ class BatchStep:
 
 
 class Picks:
-    """A step's greedy picks `[rows]` on the device, with their copy to the host queued at once: reading
-    them (`tolist`) waits for that step only, not for a step launched after it from `device`."""
+    """A step's greedy picks `[rows]` on the device. Given a pinned buffer on a GPU, their copy to the
+    host is queued at once, so reading them (`tolist`) waits for that step only, not for a step launched
+    after it from `device`."""
 
-    def __init__(self, device: torch.Tensor, pinned: torch.Tensor):
+    def __init__(self, device: torch.Tensor, pinned: torch.Tensor | None):
         self.device = device
         self._ready = None
-        self._host = device
-        if device.is_cuda:
+        self._host = device  # read as it is: `tolist` then waits for everything queued before it
+        if pinned is not None and device.is_cuda:
             self._host = pinned[: len(device)]
             self._host.copy_(device, non_blocking=True)
             self._ready = torch.cuda.Event()

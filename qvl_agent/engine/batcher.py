@@ -319,7 +319,7 @@ class Batcher:
             if forbid:
                 rows = torch.tensor(forbid, device=logits.device).view(-1, 1)
                 logits[rows, torch.tensor(e.eos_list, device=logits.device).view(1, -1)] = float("-inf")
-            picks = self.step.picks(logits)
+            picks = self.step.picks(logits, queued=self.run_ahead)
             ahead = self._can_run_ahead(turns)
             if ahead:  # the next step, fed the picks on the device; a turn that ends now gives its row back
                 next_logits = self.step({t.row.index: (0, t.pos0 + len(t.generated)) for t in turns}, picks.device)
