@@ -244,7 +244,7 @@ def test_greedy_steps_run_ahead_of_the_host_and_turns_ending_meanwhile_keep_exac
         Ask(_shot(96, 64, 42), "Count the windows.", _fixed(40)),
     ]
     follow_up = ("And then?", _fixed(5))
-    assert engine.batcher.run_ahead and not engine.batcher.graph_prefill  # a CPU runs ahead, fast_batch or not
+    assert engine.batcher.run_ahead and not engine.batcher.prefill_as_graph  # a CPU runs ahead, fast_batch or not
     sessions = [a.open(engine) for a in asks]
     ahead = engine.batcher.ahead_steps
     replies = _together(engine, sessions, asks)

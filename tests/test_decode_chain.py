@@ -17,8 +17,9 @@ from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.batch_kv import BatchKV
 from qvl_agent.engine.batch_step import BatchStep
 from qvl_agent.engine.context import Context
-from qvl_agent.engine.cuda_graphs import KVSlot
+from qvl_agent.engine.cuda_graphs import KVSlot, text_forward
 from qvl_agent.engine.fast_step import FastStep, fuse_weights, supported
+from qvl_agent.engine.kv_state import SessionKV
 from qvl_agent.engine.qwen3vl import DECODE_STEPS, Qwen3VLEngine
 from qvl_agent.errors import GenerationCancelled
 from qvl_agent.image import Screenshot
@@ -140,9 +141,6 @@ def test_a_prompt_prefilled_in_the_single_slot_decodes_on_in_a_batch_row_exactly
     a GPU; here the same forward, eagerly) goes on in its batch row: the row gets every position the slot
     held, its next tokens' logits are one full forward's (teacher-forced), the slot no longer speaks for
     the session, and at the end the session's own cache holds exactly what the row ran."""
-    from qvl_agent.engine.cuda_graphs import text_forward
-    from qvl_agent.engine.kv_state import SessionKV
-
     model, layers, before = fused
     lm = model.model.language_model
     slot = KVSlot(model, 3072, torch.device("cpu"), torch.float32)

@@ -82,7 +82,7 @@ class Batcher:
             self.step.capture()
         self.prefill_chunk = PREFILL_CHUNK.get(engine.device.type, PREFILL_CHUNK_OTHER)
         # The paths whose CUDA side only the GPU check proves (`fast_batch`); the CPU runs ahead always.
-        self.graph_prefill = engine.settings.fast_batch
+        self.prefill_as_graph = engine.settings.fast_batch
         self.run_ahead = engine.settings.fast_batch or engine.device.type != "cuda"
         self._waiting: deque[_Turn] = deque()
         self._active: list[_Turn] = []
@@ -279,7 +279,7 @@ class Batcher:
         s.kv.next_pos = None
         # A prompt a captured bucket takes runs as one graph on the engine's slot (a lone turn's speed;
         # the row is loaded from the slot); anything else runs eagerly, a chunk per unit.
-        logits = s._prefill_graph(target, reuse, fresh, feats, pos) if self.graph_prefill else None
+        logits = s._prefill_graph(target, reuse, fresh, feats, pos) if self.prefill_as_graph else None
         self.graph_prefills += logits is not None
         if logits is None:
             logits = yield from s._prefill_chunks(target, reuse, fresh, feats, pos, self.prefill_chunk)
