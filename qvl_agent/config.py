@@ -174,6 +174,10 @@ class Settings:
     # On a GPU, the batch's newest paths: prompts through the captured prefill buckets, and greedy steps
     # launched ahead of the host. Off there until the GPU check has passed them (a CPU always runs ahead).
     fast_batch: bool = False
+    # On a GPU, prompts and speculation's verify pass through the fused pieces, compiled in the background
+    # with the decode step and captured again for every prefill bucket. Off there until the GPU check has
+    # passed it (the CPU check: tests/test_fast_prefill.py).
+    fast_prefill: bool = False
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)
     max_type_chars: int = 2000  # longest text one `type` action may type (~10 s on the desktop)
@@ -268,6 +272,7 @@ ENV_VARS = {
     "QVL_MAX_BATCH": "max_batch",
     "QVL_BATCH_MEMORY_MB": "batch_memory_mb",
     "QVL_FAST_BATCH": "fast_batch",
+    "QVL_FAST_PREFILL": "fast_prefill",
     "QVL_SAFETY_MODE": "safety_mode",
     "QVL_BROWSER": "browser",
     "QVL_SANDBOX_MEMORY_MB": "sandbox_memory_mb",
@@ -502,11 +507,21 @@ def load(path: Path | None = None, env: dict[str, str] | None = None) -> Loaded:
     data, notices = _read(path)
     values, problems = _from_mapping(data, str(path))
     notices += problems
-    for var, name in ENV_VARS.items():
-        if env.get(var):
-            values[name] = _coerce(name, env[var], f"${var}")
+    values.update(_from_environment(env))  # the environment over the file
     NOTICES.extend(notices)
     return Loaded(Settings(**values).validated(), path, tuple(notices))
+
+
+def from_environment(env: dict[str, str] | None = None, **fixed) -> Settings:
+    """The defaults with the `QVL_*` variables applied, then `fixed`: what a measuring tool runs with,
+    so that `QVL_FAST_PREFILL=1 qvl-agent bench` times a path that is off by default, while nobody's
+    settings file changes a figure. A bad variable raises ConfigError."""
+    values = _from_environment(os.environ if env is None else env)
+    return Settings(**{**values, **fixed}).validated()
+
+
+def _from_environment(env: dict[str, str]) -> dict:
+    return {name: _coerce(name, env[var], f"${var}") for var, name in ENV_VARS.items() if env.get(var)}
 
 
 def dumps(settings: Settings) -> str:

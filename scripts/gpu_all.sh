@@ -6,7 +6,8 @@
 # each within its share of 9.5 minutes. Results go to OUT (default out/gpu): one log and one JSON per
 # step, and summary.txt saying how each step ended. STEPS picks steps (default "check bench profile"; the
 # serving figures and start to ready cold and warm take a call of their own each: STEPS=serve or STEPS=starts).
-# The serving figures are taken with the batch's newest paths on (QVL_FAST_BATCH=1 unless set otherwise).
+# Every figure is taken with the newest GPU paths on, which are off by default until this check has
+# passed them: QVL_FAST_BATCH=1 and QVL_FAST_PREFILL=1 unless set otherwise.
 #
 # Where the machine lacks the project's pinned packages, carry their wheels (.whl/) and run:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 out=${1:-out/gpu}
 mkdir -p "$out"
 python=${PYTHON:-python3}
+export QVL_FAST_BATCH=${QVL_FAST_BATCH:-1} QVL_FAST_PREFILL=${QVL_FAST_PREFILL:-1}
 budget=570
 start=$(date +%s)
 cache="$HOME/.cache/qvl-agent/compile"
@@ -48,7 +50,7 @@ want check && step check 260 "$python" scripts/gpu_check.py --json "$out/check.j
 want bench && step bench 230 "$python" -m qvl_agent bench --device cuda --reps 5 --json "$out/bench.json"
 want profile && step profile 70 "$python" scripts/profile_engine.py --device cuda --json "$out/profile.json"
 want starts && step starts 540 "$python" -m qvl_agent bench --device cuda --reps 1 --start-times --json "$out/starts.json"
-want serve && step serve 540 env QVL_FAST_BATCH="${QVL_FAST_BATCH:-1}" "$python" scripts/serve_bench.py --shape 2b --device cuda --clients 1,16,64 \
+want serve && step serve 540 "$python" scripts/serve_bench.py --shape 2b --device cuda --clients 1,16,64 \
   --max-tokens 256 --max-batch 64,1 --check 4 --json "$out/serve.json"
 
 archive="$out/compile-cache.tar.gz"

@@ -62,7 +62,7 @@ def build_engine(device: str, model_dir: str | None, compile: bool = True) -> Qw
             model = Qwen3VLForConditionalGeneration(config).float()
         ids = mf._token_ids(processor.tokenizer)
         model.generation_config = GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"], do_sample=False)
-    settings = Settings(feature_cache_mb=8192, compile=compile, fast_batch=True)  # every new path on
+    settings = Settings(feature_cache_mb=8192, compile=compile, fast_batch=True, fast_prefill=True)  # every new path on
     engine = Qwen3VLEngine(model.eval(), processor, name="gpu-check", settings=settings)
     engine.warm_up()
     return engine
@@ -395,6 +395,9 @@ def main(argv=None) -> int:
             problems.append(f"batched decode graphs are off: {engine.batcher.step.problem}")
         if engine.compiler is not None and engine.decode_steps > 1 and not engine.fast.chains:
             problems.append("no chained decode graphs were captured")
+        fast = engine.fast
+        if engine.compiler is not None and fast is not None and fast.fused_prefill != set(fast.prefill):
+            problems.append(f"{len(fast.fused_prefill)} of {len(fast.prefill)} prefill graphs fused")
     checker = run(engine, log, args.only or "")
     rows = checker.rows
     # Speculative and plain decoding must give identical tokens.
@@ -415,6 +418,7 @@ def main(argv=None) -> int:
         "decode_step": "fast step" if engine.step_weights is not None else "transformers forward",
         "decode_chain": max([k for k, _ in engine.fast.chains], default=1) if engine.fast else 1,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
+        "fused_prefill_graphs": len(engine.fast.fused_prefill) if engine.fast else 0,
         "batch_graphs": len(engine.batcher.step.graphs) if engine.batcher else 0,
         "batch_sizes": dict(sorted(engine.batcher.batch_sizes.items())) if engine.batcher else {},
         "scenarios": len(rows),
@@ -435,7 +439,8 @@ def main(argv=None) -> int:
     print(
         f"SUMMARY {summary['device']} {summary['dtype']} graphs={summary['cuda_graphs']} "
         f"decode={summary['decode_path']} step={summary['decode_step']} chain={summary['decode_chain']} "
-        f"({summary['prefill_graphs']} prefill, {summary['batch_graphs']} batch): {summary['scenarios']} turns, "
+        f"({summary['prefill_graphs']} prefill, {summary['fused_prefill_graphs']} of them fused, "
+        f"{summary['batch_graphs']} batch): {summary['scenarios']} turns, "
         f"{compared} tokens compared, "
         f"{mismatches} mismatches, {summary['near_ties']} near-ties, {summary['draft_accepted']} drafts kept; "
         f"problems: {problems or 'none'}"

@@ -195,10 +195,24 @@ def test_speculative_decoding_is_a_true_or_false_setting(path):
         config.load(path, env={"QVL_SPECULATE": "maybe"})
 
 
-def test_the_batchs_newest_gpu_paths_stay_off_until_asked_for(path):
-    assert Settings().fast_batch is False  # until the GPU check has passed them
-    assert load_text(path, "fast_batch = true\n").settings.fast_batch is True
-    assert config.load(path, env={"QVL_FAST_BATCH": "1"}).settings.fast_batch is True
+def test_the_newest_gpu_paths_stay_off_until_asked_for(path):
+    for name, var in (("fast_batch", "QVL_FAST_BATCH"), ("fast_prefill", "QVL_FAST_PREFILL")):
+        assert getattr(Settings(), name) is False  # until the GPU check has passed them
+        assert getattr(load_text(path, f"{name} = true\n").settings, name) is True
+        assert getattr(config.load(path, env={var: "1"}).settings, name) is True
+        assert getattr(config.load(path, env={var: "0"}).settings, name) is False
+
+
+def test_a_measuring_tool_takes_the_environment_but_not_the_settings_file(path):
+    """`qvl-agent bench` and the profile time what `QVL_*` asks for; a person's settings file (here one
+    that turns compiling off) changes no figure, and a bad variable is refused with its name."""
+    load_text(path, "compile = false\nfast_prefill = true\n")
+    env = {"QVL_FAST_PREFILL": "1", "QVL_CONFIG_DIR": str(path.parent)}
+    settings = config.from_environment(env, feature_cache_mb=64)
+    assert (settings.compile, settings.fast_prefill, settings.feature_cache_mb) == (True, True, 64)
+    assert config.from_environment({}).fast_prefill is False
+    with pytest.raises(ConfigError, match="QVL_FAST_PREFILL"):
+        config.from_environment({"QVL_FAST_PREFILL": "maybe"})
 
 
 def test_max_pixels_beyond_what_the_model_sees_is_refused(path):

@@ -23,6 +23,7 @@ from qvl_agent.engine.kv_state import SessionKV
 from qvl_agent.engine.qwen3vl import DECODE_STEPS, Qwen3VLEngine
 from qvl_agent.errors import GenerationCancelled
 from qvl_agent.image import Screenshot
+from tests.support.models import two_b_widths
 
 
 def _shot(width: int, height: int, seed: int) -> Screenshot:
@@ -54,21 +55,6 @@ def _conversation(engine, shot, first: GenerationOptions, second: GenerationOpti
     return replies, list(session.context.ids), session
 
 
-def _two_b_widths(tiny_model_dir):
-    """Random weights with the real 2B's attention and MLP widths (hidden 2048, 16 query heads on 8 K/V
-    heads of 128, MLP 6144) but two layers and a small vocabulary: what the step's kernels see, on a CPU."""
-    from transformers import AutoTokenizer, Qwen3VLForConditionalGeneration
-
-    from qvl_agent.devtools.tiny_model import qwen3vl_2b_config
-
-    config = qwen3vl_2b_config(AutoTokenizer.from_pretrained(str(tiny_model_dir)))
-    text = config.text_config
-    text.num_hidden_layers, text.vocab_size, text.dtype = 2, 1024, "float32"
-    config.vision_config.depth, config.vision_config.deepstack_visual_indexes = 1, [0]
-    torch.manual_seed(0)
-    return Qwen3VLForConditionalGeneration(config).to(torch.float32).eval()
-
-
 IDS = torch.randint(0, 500, (1, 20), generator=torch.Generator().manual_seed(0))
 POS = torch.arange(20).view(1, 1, -1).expand(3, 1, -1)
 
@@ -82,7 +68,7 @@ def fused(request, tiny_model_dir):
     if request.param == "tiny":
         model = Qwen3VLForConditionalGeneration.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
     else:
-        model = _two_b_widths(tiny_model_dir)
+        model = two_b_widths(tiny_model_dir)
     assert supported(model) == ""
     before = model(input_ids=IDS, position_ids=POS).logits[0]  # one full forward: the reference
     params = sum(p.numel() for p in model.parameters())

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from qvl_agent.config import Settings
+from qvl_agent.config import from_environment
 from qvl_agent.devtools.screens import ui_screenshot
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.preprocess import preprocess
@@ -270,7 +270,7 @@ def run(
 
     # (e) start to ready: load + warm-up (CUDA graphs) for the engine, load for the baseline.
     t0 = time.perf_counter()
-    engine = Qwen3VLEngine.load(model, device=str(dev), settings=Settings(feature_cache_mb=4096))
+    engine = Qwen3VLEngine.load(model, device=str(dev), settings=from_environment(feature_cache_mb=4096))
     _sync(dev)
     ready_s = time.perf_counter() - t0
     log(f"engine ready in {ready_s:.1f} s; CUDA graphs: {'on' if engine.fast else 'off ' + engine.fast_problem}")

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from qvl_agent.config import Settings
+from qvl_agent.config import from_environment
 from qvl_agent.devtools.bench import QUESTION, TOOL_CALLS, _forced, build_model_dir, ui_screenshot
 from qvl_agent.engine.base import GenerationOptions
 from qvl_agent.engine.local_session import LocalSession
@@ -159,7 +159,7 @@ def run(model: str | None, device: str, tokens: int, screen: tuple[int, int] = (
         shape = "2b" if dev.type == "cuda" else "tiny"
         log(f"building a random Qwen3-VL ({shape} shape) in {tmp.name}")
         model = str(build_model_dir(shape, Path(tmp.name), dev))
-    engine = Qwen3VLEngine.load(model, device=str(dev), settings=Settings(feature_cache_mb=4096))
+    engine = Qwen3VLEngine.load(model, device=str(dev), settings=from_environment(feature_cache_mb=4096))
     if engine.compiler is not None:
         log("waiting for the compiled decode step ...")
         engine.wait_compiled()

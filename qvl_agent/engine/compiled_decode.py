@@ -27,6 +27,7 @@ from qvl_agent.engine.compile_cache import cache_key, use_cache_dir
 
 COMPILED = "compiled"
 BATCH = "batch"  # the batched step's item, after the single stream's views
+PREFILL = "prefill"  # the prefill buckets' items, ("prefill", size, span), last
 __all__ = ["COMPILED", "BackgroundSwap", "cache_key", "compiled_decode_swap", "use_cache_dir"]
 
 
@@ -84,8 +85,11 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     element-wise pieces compiled when the engine fused its weights (`engine.step_weights`), else
     transformers' forward compiled whole. With `engine.decode_steps` > 1 each view also gets a chain of
     that many greedy steps in one graph (`cuda_graphs.greedy_chain`). Last, the batched step
-    (`engine.batcher`) gets the same pieces compiled for any number of rows, and its graphs again."""
+    (`engine.batcher`) gets the same pieces compiled for any number of rows, and its graphs again; with
+    `fast_prefill`, every captured prefill bucket is captured again over `fast_prefill.FastPrefill`,
+    its pieces compiled once for every length, largest bucket first (as `GraphRunner.capture`)."""
     from qvl_agent.engine.cuda_graphs import KVSlot, greedy_chain
+    from qvl_agent.engine.fast_prefill import FastPrefill
     from qvl_agent.engine.fast_step import FastStep
 
     runner = engine.fast
@@ -113,10 +117,18 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     device = engine.device
     k = engine.decode_steps
     banned, eos = engine.banned_ids, torch.tensor(engine.eos_list, device=device)
+    buckets = []  # the prefill graphs to capture again over the compiled pieces
+    if engine.settings.fast_prefill and engine.step_weights is not None:
+        buckets = [(PREFILL, size, span) for size, span in sorted(runner.prefill, reverse=True)]
+    prefill: list[FastPrefill] = []  # compiled on the first bucket's turn
 
     def prepare(span) -> object:
         if span == BATCH:
             return _compiled_batch_pieces(batch, mode)
+        if isinstance(span, tuple):  # (PREFILL, size, span)
+            if not prefill:
+                prefill.append(_compiled_prefill(model, engine.step_weights, mode))
+            return prefill[0]
         ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
         for _ in range(2):
@@ -130,6 +142,9 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
     def install(span, prepared) -> None:
         if span == BATCH:
             batch.use_pieces(prepared)
+            return
+        if isinstance(span, tuple):  # (PREFILL, size, span)
+            _capture_prefill(runner, span[1:], prepared)
             return
         ids = torch.zeros(1, 1, dtype=torch.long, device=device)
         pos = torch.zeros(3, 1, 1, dtype=torch.long, device=device)
@@ -152,7 +167,7 @@ def compiled_decode_swap(engine, mode: str = "default") -> BackgroundSwap:
         if chain is not None:
             runner.chains[(k, span)] = chain
 
-    swap = BackgroundSwap(engine.lock, (*slot.spans, *((BATCH,) if batch else ())), prepare, install)
+    swap = BackgroundSwap(engine.lock, (*slot.spans, *((BATCH,) if batch else ()), *buckets), prepare, install)
     swap.cache_folder = folder
     return swap
 
@@ -163,17 +178,52 @@ def _compiled_batch_pieces(batch, mode: str):
     so compiling touches nothing a running batch uses."""
     from qvl_agent.engine.fast_step import pieces
 
-    text = batch.lm.config
-    compiled = pieces(text, batch.attention, lambda f: torch.compile(f, mode=mode, fullgraph=True))
-    w = batch.layers[0]
-    heads, kv_heads, hd = text.num_attention_heads, text.num_key_value_heads, text.head_dim
-    like = dict(device=w.qkv.device, dtype=w.qkv.dtype)
+    compiled = pieces(batch.lm.config, batch.attention, lambda f: torch.compile(f, mode=mode, fullgraph=True))
     for n in (2, 4, 1):
-        h = torch.zeros(n, 1, text.hidden_size, **like)
-        cos = sin = torch.zeros(n, 1, hd, **like)
-        compiled.attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
-        o = torch.zeros(n, *((heads, 1) if batch.attention == "gqa" else (kv_heads, heads // kv_heads)), hd, **like)
-        compiled.attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
-        compiled.final(h, batch.norm, batch.head)
-    torch.cuda.synchronize(w.qkv.device)
+        warm_pieces(compiled, batch.lm.config, batch.layers[0], n, 1, batch.attention, (batch.norm, batch.head))
     return compiled
+
+
+def _compiled_prefill(model, layers, mode: str):
+    """`FastPrefill` with its pieces compiled for any number of tokens (automatic dynamic shapes: the
+    second length seen makes the tokens dimension symbolic), built on dummy inputs like the batch's."""
+    from qvl_agent.engine.fast_prefill import FastPrefill
+    from qvl_agent.engine.fast_step import Pieces
+
+    prefill = FastPrefill(model, layers, compile=lambda f: torch.compile(f, mode=mode, fullgraph=True))
+    for t in (16, 32):
+        warm_pieces(Pieces(prefill._attn_in, prefill._attn_out_mlp, None), prefill.lm.config, layers[0], 1, t, "gqa")
+    return prefill
+
+
+def warm_pieces(p, text, w, n: int, t: int, attention: str, final: tuple | None = None) -> None:
+    """Run the pieces `p` once for `n` rows of `t` tokens on dummy inputs laid out as a real step's are
+    (cos and sin apart, attention's output from SDPA itself, so with its strides): compiled pieces guard
+    on aliasing and strides, and inputs unlike the real ones would compile everything a second time at
+    the first real step, under the engine's lock. `final` is (norm, head) to run `p.final` too."""
+    like = dict(device=w.qkv.device, dtype=w.qkv.dtype)
+    h = torch.zeros(n, t, text.hidden_size, **like)
+    cos, sin = (torch.zeros(n, t, text.head_dim, **like) for _ in range(2))
+    q, k, v = p.attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
+    mask = torch.ones(n, 1, t, t, dtype=torch.bool, device=h.device)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=attention == "gqa")
+    h = p.attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
+    if final is not None:
+        p.final(h, *final)
+    if h.device.type == "cuda":
+        torch.cuda.synchronize(h.device)
+
+
+def _capture_prefill(runner, bucket: tuple[int, int], prefill) -> None:
+    """Capture the prefill graph of `bucket` (size, span) again over `prefill`, on the same input
+    buffers, and replace the plain one. Under the engine's lock: the capture's warm-up writes the slot's
+    first positions, so the next turn reloads its session's KV."""
+    slot = runner.slot
+    _, embeds, pos, deepstack, _ = runner.prefill[bucket]
+    length, cache = slot.length, slot.views[bucket[1]]
+    slot.owner = None
+    graph, hidden = runner._capture(lambda: prefill(embeds, pos, cache, deepstack), thread_local=True)
+    slot.set_length(length)
+    torch.cuda.synchronize(embeds.device)
+    runner.prefill[bucket] = (graph, embeds, pos, deepstack, hidden)
+    runner.fused_prefill.add(bucket)

@@ -140,6 +140,7 @@ class GraphRunner:
         self.decode: dict[int, tuple] = {}  # span -> (graph, ids, pos, logits)
         self.chains: dict[tuple[int, int], tuple] = {}  # (k, span) -> (graph, ids, pos, forced, picks)
         self.prefill: dict[tuple[int, int], tuple] = {}  # (size, span) -> (graph, embeds, pos, deepstack, hidden)
+        self.fused_prefill: set[tuple[int, int]] = set()  # buckets captured again over `FastPrefill`
         self.pool = None
         self.problem = ""  # why prefill graphs are off, when they are
 

@@ -116,15 +116,16 @@ ATTENTION = ("gqa", "packed")  # how a decode step attends (see the module docst
 
 @dataclass
 class Pieces:
-    """A decode step's element-wise work between its GEMVs, for `n` rows of one token each (`h`:
-    `[n, 1, hidden]`): the single stream's step (n = 1) and the batched step (`batch_step.py`) run the
-    very same functions, so what passes the check for one passes it for the other.
+    """A step's element-wise work between its matrix products, for `n` rows of `t` tokens each (`h`:
+    `[n, t, hidden]`): the single stream's step (n = t = 1), the batched step (`batch_step.py`, t = 1)
+    and the prefill and verify passes (`fast_prefill.py`, n = 1) run the very same functions, so what
+    passes the check for one passes it for the others.
 
-    attn_in(h, ln1, qkv, q_norm, k_norm, cos, sin) -> q, k, v   (k, v: `[n, kv_heads, 1, hd]`; q:
-        `[n, heads, 1, hd]` with "gqa", the query heads of a group as the rows of one query,
-        `[n, kv_heads, groups, hd]`, with "packed")
-    attn_out_mlp(h, o, o_w, ln2, gate_up, down) -> h           (o: attention's output, heads in order)
-    final(h, norm, head) -> logits `[n, 1, V]`
+    attn_in(h, ln1, qkv, q_norm, k_norm, cos, sin) -> q, k, v   (k, v: `[n, kv_heads, t, hd]`; q:
+        `[n, heads, t, hd]` with "gqa", the query heads of a group as the rows of one query,
+        `[n, kv_heads, groups, hd]`, with "packed", which takes one token a row)
+    attn_out_mlp(h, o, o_w, ln2, gate_up, down) -> h           (o: attention's output)
+    final(h, norm, head) -> logits `[n, t, V]`
     """
 
     attn_in: Callable
@@ -142,22 +143,24 @@ def pieces(text, attention: str = "gqa", compile: Callable = lambda f: f) -> Pie
     gqa = attention == "gqa"
 
     def attn_in(h, ln1, qkv_w, qn, kn, cos, sin):
-        n = h.shape[0]
+        n, t = h.shape[0], h.shape[1]
         x = _rms(h, ln1, eps)
         q, k, v = F.linear(x, qkv_w).split([nq, nk, nk], dim=-1)
-        q = _rms(q.view(n, 1, heads, hd), qn, eps).transpose(1, 2)
-        k = _rms(k.view(n, 1, kv_heads, hd), kn, eps).transpose(1, 2)
-        v = v.view(n, 1, kv_heads, hd).transpose(1, 2)
+        q = _rms(q.view(n, t, heads, hd), qn, eps).transpose(1, 2)
+        k = _rms(k.view(n, t, kv_heads, hd), kn, eps).transpose(1, 2)
+        v = v.view(n, t, kv_heads, hd).transpose(1, 2)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         if gqa:
-            return q, k, v  # [n, heads, 1, hd]: SDPA maps query head i to K/V head i // groups
-        # The query heads of one group become the rows of one query on their K/V head.
+            return q, k, v  # [n, heads, t, hd]: SDPA maps query head i to K/V head i // groups
+        # One token per row (t = 1): the query heads of one group become the rows of one query on their K/V head.
         return q.reshape(n, kv_heads, heads // kv_heads, hd), k, v
 
     def attn_out_mlp(h, o, o_w, ln2, gu_w, down_w):
-        h = h + F.linear(o.reshape(h.shape[0], 1, nq), o_w)
+        if gqa:
+            o = o.transpose(1, 2)  # [n, t, heads, hd]; packed rows of one token are in head order already
+        h = h + F.linear(o.reshape(h.shape[0], h.shape[1], nq), o_w)
         gate, up = F.linear(_rms(h, ln2, eps), gu_w).split([inter, inter], dim=-1)
         return h + F.linear(F.silu(gate) * up, down_w)
 

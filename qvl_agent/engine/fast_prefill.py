@@ -1,0 +1,66 @@
+"""Prompt prefill and the verify pass of speculation through the decode step's fused pieces.
+
+The captured prefill buckets (`cuda_graphs.GraphRunner`) replay transformers' eager kernels: a follow-up
+of a few dozen tokens costs ~10 ms where a decode step costs ~2.6 ms, and the 16-token verify pass of a
+speculative reply ~7.5 ms of kernels. `FastPrefill` runs the same arithmetic as `cuda_graphs.text_forward`
+for `t` tokens of one conversation with the fused weights and the element-wise pieces of
+`fast_step.pieces`, which `torch.compile` fuses once for every length (the tokens dimension is dynamic),
+so the background build compiles it once and captures it again for every bucket (`compiled_decode.py`).
+
+Per layer: the new tokens' K/V are written at the slot's length (transformers' `index_copy_`), and every
+token attends to the slot's positions up to its own (transformers' causal mask over a static cache),
+each K/V head read once for its query heads (SDPA's `enable_gqa`). DeepStack features arrive as dense
+`[1, t, hidden]` tensors (zero away from image tokens) and are added after the first layers, as in
+`text_forward`. The checks: tests/test_fast_prefill.py on a CPU in fp32 against one full transformers
+forward, `scripts/gpu_check.py` on a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from qvl_agent.engine.fast_step import LayerWeights, pieces
+
+
+class FastPrefill:
+    """`prefill(embeds [1, t, H], pos [3, 1, t], cache, deepstack)` -> the final hidden states `[1, t, H]`
+    (after the model's norm, as `text_forward` returns them), appending `t` positions to a StaticCache (a
+    `KVSlot` view); `deepstack` lists one `[1, t, H]` tensor per DeepStack level. `compile` wraps the
+    element-wise pieces (identity by default, e.g. on a CPU)."""
+
+    def __init__(self, model, layers: list[LayerWeights], compile: Callable = lambda f: f):
+        self.lm = model.model.language_model
+        p = pieces(self.lm.config, "gqa", compile)
+        self._attn_in, self._attn_out_mlp = p.attn_in, p.attn_out_mlp
+        self.layers = layers
+        self.scale = self.lm.layers[0].self_attn.scaling
+        self._ranges: dict[tuple, torch.Tensor] = {}
+
+    def _range(self, n: int, device) -> torch.Tensor:
+        key = (n, str(device))
+        if key not in self._ranges:
+            self._ranges[key] = torch.arange(n, device=device)
+        return self._ranges[key]
+
+    def __call__(self, embeds: torch.Tensor, pos: torch.Tensor, cache, deepstack: list[torch.Tensor]) -> torch.Tensor:
+        t = embeds.shape[1]
+        cos, sin = self.lm.rotary_emb(embeds, pos)
+        layers = cache.layers
+        span = layers[0].keys.shape[2]
+        # The new tokens' slot positions (every layer's counter agrees); token i sees keys 0..at+i.
+        index = layers[0].cumulative_length + self._range(t, embeds.device)
+        mask = (self._range(span, embeds.device).view(1, span) <= index.view(t, 1)).view(1, 1, t, span)
+        h = embeds
+        for i, (kv, w) in enumerate(zip(layers, self.layers, strict=True)):
+            q, k, v = self._attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
+            kv.keys.index_copy_(2, index, k)
+            kv.values.index_copy_(2, index, v)
+            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, scale=self.scale, enable_gqa=True)
+            h = self._attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
+            if i < len(deepstack):
+                h = h + deepstack[i]
+        torch._foreach_add_([kv.cumulative_length for kv in layers], t)
+        return self.lm.norm(h)
