@@ -192,7 +192,8 @@ def _compiled_prefill(model, layers, mode: str):
 
     prefill = FastPrefill(model, layers, compile=lambda f: torch.compile(f, mode=mode, fullgraph=True))
     for t in (16, 32):
-        warm_pieces(Pieces(prefill._attn_in, prefill._attn_out_mlp, None), prefill.lm.config, layers[0], 1, t, "gqa")
+        pair = Pieces(prefill._attn_in, prefill._attn_out_mlp, None)
+        warm_pieces(pair, prefill.lm.config, layers[0], 1, t, "packed")
     return prefill
 
 
@@ -205,7 +206,7 @@ def warm_pieces(p, text, w, n: int, t: int, attention: str, final: tuple | None 
     h = torch.zeros(n, t, text.hidden_size, **like)
     cos, sin = (torch.zeros(n, t, text.head_dim, **like) for _ in range(2))
     q, k, v = p.attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
-    mask = torch.ones(n, 1, t, t, dtype=torch.bool, device=h.device)
+    mask = torch.ones(n, 1, q.shape[2], t, dtype=torch.bool, device=h.device)
     o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=attention == "gqa")
     h = p.attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
     if final is not None:

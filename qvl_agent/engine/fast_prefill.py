@@ -8,8 +8,12 @@ for `t` tokens of one conversation with the fused weights and the element-wise p
 so the background build compiles it once and captures it again for every bucket (`compiled_decode.py`).
 
 Per layer: the new tokens' K/V are written at the slot's length (transformers' `index_copy_`), and every
-token attends to the slot's positions up to its own (transformers' causal mask over a static cache),
-each K/V head read once for its query heads (SDPA's `enable_gqa`). DeepStack features arrive as dense
+token attends to the slot's positions up to its own (transformers' causal mask over a static cache).
+Each K/V head is read once for its query heads without copying it: the query heads of a group are the
+rows of one query (`attention="packed"`, the mask repeated per head). Not SDPA's `enable_gqa`, which the
+decode step uses: with a mask, it has no fused kernel on a GPU and falls back to one that holds every
+score of a long prompt in memory; equal head counts take the memory-efficient kernel, in bf16 and in
+fp32 alike. DeepStack features arrive as dense
 `[1, t, hidden]` tensors (zero away from image tokens) and are added after the first layers, as in
 `text_forward`. The checks: tests/test_fast_prefill.py on a CPU in fp32 against one full transformers
 forward, `scripts/gpu_check.py` on a GPU.
@@ -33,8 +37,10 @@ class FastPrefill:
 
     def __init__(self, model, layers: list[LayerWeights], compile: Callable = lambda f: f):
         self.lm = model.model.language_model
-        p = pieces(self.lm.config, "gqa", compile)
+        text = self.lm.config
+        p = pieces(text, "packed", compile)
         self._attn_in, self._attn_out_mlp = p.attn_in, p.attn_out_mlp
+        self.groups = text.num_attention_heads // text.num_key_value_heads
         self.layers = layers
         self.scale = self.lm.layers[0].self_attn.scaling
         self._ranges: dict[tuple, torch.Tensor] = {}
@@ -52,13 +58,14 @@ class FastPrefill:
         span = layers[0].keys.shape[2]
         # The new tokens' slot positions (every layer's counter agrees); token i sees keys 0..at+i.
         index = layers[0].cumulative_length + self._range(t, embeds.device)
-        mask = (self._range(span, embeds.device).view(1, span) <= index.view(t, 1)).view(1, 1, t, span)
+        mask = self._range(span, embeds.device).view(1, span) <= index.view(t, 1)
+        mask = mask.repeat(self.groups, 1).view(1, 1, self.groups * t, span)  # one row per query head and token
         h = embeds
         for i, (kv, w) in enumerate(zip(layers, self.layers, strict=True)):
             q, k, v = self._attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
             kv.keys.index_copy_(2, index, k)
             kv.values.index_copy_(2, index, v)
-            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, scale=self.scale, enable_gqa=True)
+            o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, scale=self.scale)
             h = self._attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
             if i < len(deepstack):
                 h = h + deepstack[i]

@@ -123,7 +123,7 @@ class Pieces:
 
     attn_in(h, ln1, qkv, q_norm, k_norm, cos, sin) -> q, k, v   (k, v: `[n, kv_heads, t, hd]`; q:
         `[n, heads, t, hd]` with "gqa", the query heads of a group as the rows of one query,
-        `[n, kv_heads, groups, hd]`, with "packed", which takes one token a row)
+        `[n, kv_heads, groups * t, hd]` (head after head), with "packed")
     attn_out_mlp(h, o, o_w, ln2, gate_up, down) -> h           (o: attention's output)
     final(h, norm, head) -> logits `[n, t, V]`
     """
@@ -140,6 +140,7 @@ def pieces(text, attention: str = "gqa", compile: Callable = lambda f: f) -> Pie
     hd = text.head_dim
     heads, kv_heads = text.num_attention_heads, text.num_key_value_heads
     nq, nk, eps, inter = heads * hd, kv_heads * hd, text.rms_norm_eps, text.intermediate_size
+    groups = heads // kv_heads
     gqa = attention == "gqa"
 
     def attn_in(h, ln1, qkv_w, qn, kn, cos, sin):
@@ -154,13 +155,16 @@ def pieces(text, attention: str = "gqa", compile: Callable = lambda f: f) -> Pie
         k = k * cos + _rotate_half(k) * sin
         if gqa:
             return q, k, v  # [n, heads, t, hd]: SDPA maps query head i to K/V head i // groups
-        # One token per row (t = 1): the query heads of one group become the rows of one query on their K/V head.
-        return q.reshape(n, kv_heads, heads // kv_heads, hd), k, v
+        # The query heads of one group become the rows of one query on their K/V head, head after head.
+        return q.reshape(n, kv_heads, groups * t, hd), k, v
 
     def attn_out_mlp(h, o, o_w, ln2, gu_w, down_w):
+        n, t = h.shape[0], h.shape[1]
         if gqa:
-            o = o.transpose(1, 2)  # [n, t, heads, hd]; packed rows of one token are in head order already
-        h = h + F.linear(o.reshape(h.shape[0], h.shape[1], nq), o_w)
+            o = o.transpose(1, 2)  # [n, t, heads, hd]
+        else:  # [n, kv_heads, groups * t, hd] back to [n, t, heads, hd]
+            o = o.reshape(n, kv_heads, groups, t, hd).permute(0, 3, 1, 2, 4)
+        h = h + F.linear(o.reshape(n, t, nq), o_w)
         gate, up = F.linear(_rms(h, ln2, eps), gu_w).split([inter, inter], dim=-1)
         return h + F.linear(F.silu(gate) * up, down_w)
 
