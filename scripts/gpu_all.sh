@@ -46,8 +46,8 @@ step() {
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/summary.txt" 2>&1
 steps=" ${STEPS:-check bench profile} "
 want() { [[ $steps == *" $1 "* ]]; }
-want check && step check 260 "$python" scripts/gpu_check.py --json "$out/check.json"
-want bench && step bench 230 "$python" -m qvl_agent bench --device cuda --reps 5 --json "$out/bench.json"
+want check && step check 300 "$python" scripts/gpu_check.py --json "$out/check.json"
+want bench && step bench 200 "$python" -m qvl_agent bench --device cuda --reps 5 --json "$out/bench.json"
 want profile && step profile 70 "$python" scripts/profile_engine.py --device cuda --json "$out/profile.json"
 want starts && step starts 540 "$python" -m qvl_agent bench --device cuda --reps 1 --start-times --json "$out/starts.json"
 want serve && step serve 540 "$python" scripts/serve_bench.py --shape 2b --device cuda --clients 1,16,64 \
