@@ -438,6 +438,8 @@ def run(
         "compile_wait_s": round(compile_wait_s, 1),
         "compile_s": round(engine.compiler.seconds, 1) if engine.compiler else None,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
+        "fused_prefill_graphs": len(engine.fast.fused_prefill) if engine.fast else 0,
+        "vision_attention": engine.vision_attention.describe(),
         "rows": [r.row() for r in results.values()],
         "start_times": starts,
         "screens": screens,
@@ -456,8 +458,10 @@ def run(
 def format_table(report: dict) -> str:
     lines = [
         f"device: {report['device']}  torch {report['torch']}  model: {report['model']}  "
-        f"CUDA graphs: {report['cuda_graphs']} ({report['prefill_graphs']} prefill) {report['cuda_graphs_problem']}  "
+        f"CUDA graphs: {report['cuda_graphs']} ({report['prefill_graphs']} prefill, "
+        f"{report.get('fused_prefill_graphs', 0)} fused) {report['cuda_graphs_problem']}  "
         f"decode path: {report.get('decode_path', '')}",
+        report.get("vision_attention", ""),
         f"{'scenario':66} {'engine':>10} {'baseline':>10} {'speedup':>8}",
     ]
     for r in report["rows"]:
