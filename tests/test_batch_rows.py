@@ -107,3 +107,28 @@ def test_a_model_the_batched_step_does_not_compute_exactly_runs_without_batching
         assert session.last_stats.decode_tokens == 6 and session.last_stats.decode_path != "batched"
     finally:
         e.close()
+
+
+@pytest.mark.parametrize(
+    "row_tokens, rows, end, shape",
+    [
+        (4096, 3, 2301, (4, 2560)),  # three 1080p turns read 2,560 positions a row, not 3,072
+        (4096, 1, 100, (1, 2048)),
+        (4096, 2, 4000, (2, 4096)),
+        (3328, 5, 3100, (8, 3328)),  # a row length between two views: its own end is the last one
+        (64, 2, 10, (2, 64)),
+    ],
+)
+def test_a_batched_step_reads_each_row_only_up_to_the_view_past_the_longest(
+    tiny_model_dir, row_tokens, rows, end, shape
+):
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from qvl_agent.engine.batch_kv import BatchKV
+    from qvl_agent.engine.batch_step import BatchStep
+    from qvl_agent.engine.fast_step import fuse_weights
+
+    model = Qwen3VLForConditionalGeneration.from_pretrained(str(tiny_model_dir), dtype=torch.float32).eval()
+    step = BatchStep(model, BatchKV(model, 8, row_tokens, torch.device("cpu"), torch.float32), fuse_weights(model))
+    assert step.shape_for(rows, end) == shape

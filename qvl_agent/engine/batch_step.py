@@ -13,7 +13,8 @@ of different lengths:
   row's scratch position, the last one, which no conversation uses.
 
 On a GPU each (rows, KV view) pair is captured once as a CUDA graph for the row buckets 1, 2, 4 ... 64
-and the shortest KV view that holds every decoding row, so a step is one replay whatever the batch; and
+and the shortest KV view (every 512 positions) that holds every decoding row, so a step is one replay
+whatever the batch; and
 once the compiled pieces are built in the background (`compiled_decode.py`), `use_pieces` captures the
 graphs again over them.
 """
@@ -24,10 +25,12 @@ import torch
 import torch.nn.functional as F
 
 from qvl_agent.engine.batch_kv import BatchKV
-from qvl_agent.engine.cuda_graphs import KVSlot
 from qvl_agent.engine.fast_step import LayerWeights, Pieces, pieces
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+# KV views every 512 positions from 2,048 on: attention reads a view's every row up to its end, and is
+# most of a batched step, so rows of a 1080p turn (~2,100-2,400 positions) read 2,560, not 3,072.
+SPAN_STEP, FIRST_SPAN = 512, 2048
 
 
 class BatchStep:
@@ -42,7 +45,7 @@ class BatchStep:
         self.pieces = pieces(text, attention)
         rows = len(kv.rows)
         self.buckets = tuple(b for b in BUCKETS if b < rows) + (rows,)
-        self.spans = tuple(s for s in KVSlot.SPANS if s < kv.row_tokens) + (kv.row_tokens,)
+        self.spans = (*range(FIRST_SPAN, kv.row_tokens, SPAN_STEP), kv.row_tokens)
         device = kv.layers[0][0].device
         self.device = device
         # Inputs of the step, reused by every call (and read by the captured graphs).
