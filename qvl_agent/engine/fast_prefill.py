@@ -58,8 +58,10 @@ class FastPrefill:
         span = layers[0].keys.shape[2]
         # The new tokens' slot positions (every layer's counter agrees); token i sees keys 0..at+i.
         index = layers[0].cumulative_length + self._range(t, embeds.device)
-        mask = self._range(span, embeds.device).view(1, span) <= index.view(t, 1)
-        mask = mask.repeat(self.groups, 1).view(1, 1, self.groups * t, span)  # one row per query head and token
+        allowed = self._range(span, embeds.device).view(1, span) <= index.view(t, 1)
+        allowed = allowed.repeat(self.groups, 1).view(1, 1, self.groups * t, span)  # a row per query head and token
+        # As an additive mask once, rather than a boolean one that attention converts again in every layer.
+        mask = torch.zeros_like(allowed, dtype=embeds.dtype).masked_fill_(~allowed, float("-inf"))
         h = embeds
         for i, (kv, w) in enumerate(zip(layers, self.layers, strict=True)):
             q, k, v = self._attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
