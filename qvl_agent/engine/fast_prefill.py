@@ -13,10 +13,9 @@ Each K/V head is read once for its query heads without copying it: the query hea
 rows of one query (`attention="packed"`, the mask repeated per head). Not SDPA's `enable_gqa`, which the
 decode step uses: with a mask, it has no fused kernel on a GPU and falls back to one that holds every
 score of a long prompt in memory; equal head counts take the memory-efficient kernel, in bf16 and in
-fp32 alike. DeepStack features arrive as dense
-`[1, t, hidden]` tensors (zero away from image tokens) and are added after the first layers, as in
-`text_forward`. The checks: tests/test_fast_prefill.py on a CPU in fp32 against one full transformers
-forward, `scripts/gpu_check.py` on a GPU.
+fp32 alike. DeepStack features arrive as dense `[1, t, hidden]` tensors (zero away from image tokens)
+and are added after the first layers, as in `text_forward`. The checks: tests/test_fast_prefill.py on a
+CPU in fp32 against one full transformers forward, `scripts/gpu_check.py` on a GPU.
 """
 
 from __future__ import annotations
