@@ -7,7 +7,11 @@ import sys
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "bench", help="benchmark the engine against plain transformers", description=__doc__.splitlines()[0]
+        "bench",
+        help="benchmark the engine against plain transformers",
+        description=__doc__.splitlines()[0],
+        epilog="The engine runs with the settings of the QVL_* variables (QVL_FAST_PREFILL=1 times a path that "
+        "is off by default), never those of the settings file.",
     )
     p.add_argument(
         "--model",
