@@ -14,9 +14,8 @@ of different lengths:
 
 On a GPU each (rows, KV view) pair is captured once as a CUDA graph for the row buckets 1, 2, 4 ... 64
 and the shortest KV view (every 512 positions) that holds every decoding row, so a step is one replay
-whatever the batch; and
-once the compiled pieces are built in the background (`compiled_decode.py`), `use_pieces` captures the
-graphs again over them.
+whatever the batch; and once the compiled pieces are built in the background (`compiled_decode.py`),
+`use_pieces` captures the graphs again over them.
 """
 
 from __future__ import annotations
