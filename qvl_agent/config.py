@@ -175,9 +175,8 @@ class Settings:
     # launched ahead of the host. Off there until the GPU check has passed them (a CPU always runs ahead).
     fast_batch: bool = False
     # On a GPU, prompts and speculation's verify pass through the fused pieces, compiled in the background
-    # with the decode step and captured again for every prefill bucket, and the vision tower's attention on
-    # the fastest kernel measured at start. Off there until the GPU check has passed them (the CPU check:
-    # tests/test_fast_prefill.py).
+    # with the decode step and captured again for every prefill bucket. Off there until the GPU check has
+    # passed it (the CPU check: tests/test_fast_prefill.py).
     fast_prefill: bool = False
     safety_mode: str = "confirm"  # confirm | auto | dry-run
     max_actions_per_reply: int = 20  # a reply with more actions runs none of them (the model is told)

@@ -380,7 +380,6 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     engine = build_engine(args.device, args.model, compile=not args.no_compile)
     log(f"engine ready in {time.perf_counter() - t0:.1f} s; graphs: {bool(engine.fast)} {engine.fast_problem}")
-    log(engine.vision_attention.describe())
     problems = []
     if engine.compiler is not None:  # check the compiled decode step, not the plain graphs it replaces
         t1 = time.perf_counter()
@@ -420,7 +419,6 @@ def main(argv=None) -> int:
         "decode_chain": max([k for k, _ in engine.fast.chains], default=1) if engine.fast else 1,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "fused_prefill_graphs": len(engine.fast.fused_prefill) if engine.fast else 0,
-        "vision_attention": engine.vision_attention.describe(),
         "batch_graphs": len(engine.batcher.step.graphs) if engine.batcher else 0,
         "batch_sizes": dict(sorted(engine.batcher.batch_sizes.items())) if engine.batcher else {},
         "scenarios": len(rows),

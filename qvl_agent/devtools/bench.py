@@ -439,7 +439,6 @@ def run(
         "compile_s": round(engine.compiler.seconds, 1) if engine.compiler else None,
         "prefill_graphs": len(engine.fast.prefill) if engine.fast else 0,
         "fused_prefill_graphs": len(engine.fast.fused_prefill) if engine.fast else 0,
-        "vision_attention": engine.vision_attention.describe(),
         "rows": [r.row() for r in results.values()],
         "start_times": starts,
         "screens": screens,
@@ -461,7 +460,6 @@ def format_table(report: dict) -> str:
         f"CUDA graphs: {report['cuda_graphs']} ({report['prefill_graphs']} prefill, "
         f"{report.get('fused_prefill_graphs', 0)} fused) {report['cuda_graphs_problem']}  "
         f"decode path: {report.get('decode_path', '')}",
-        report.get("vision_attention", ""),
         f"{'scenario':66} {'engine':>10} {'baseline':>10} {'speedup':>8}",
     ]
     for r in report["rows"]:

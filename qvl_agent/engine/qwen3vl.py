@@ -35,8 +35,6 @@ from qvl_agent.engine.local_session import LocalSession
 from qvl_agent.engine.model_dir import local_source
 from qvl_agent.engine.preprocess import PreprocessSettings, grid_for, preprocess
 from qvl_agent.engine.speculate import skeleton_ids
-from qvl_agent.engine.vision_attention import VisionAttention
-from qvl_agent.engine.vision_attention import measure as measure_vision_attention
 from qvl_agent.errors import EngineError, ModelNotFoundError
 from qvl_agent.image import Screenshot
 
@@ -176,19 +174,12 @@ class Qwen3VLEngine(Engine):
         self.step_weights = None  # fused per-layer weights of the hand-written decode step (`fast_step.py`)
         self.decode_steps = DECODE_STEPS
         self.batcher: Batcher | None = None  # continuous batching of concurrent turns, set up by warm_up()
-        self.vision_attention = VisionAttention()  # the tower's attention kernels, fastest first (warm_up)
 
     def warm_up(self, slot_tokens: int = SLOT_TOKENS) -> None:
         """Capture the CUDA graphs and run one small turn, so the first real request pays no set-up.
         On a CPU only the turn runs. A GPU path that cannot be captured falls back to eager, and
         `fast_problem` says why."""
         if self.device.type == "cuda" and self.fast is None:
-            if self.settings.fast_prefill:
-                vision = self.model.config.vision_config
-                heads = vision.num_heads
-                self.vision_attention = measure_vision_attention(
-                    heads, vision.hidden_size // heads, self.dtype, self.device
-                )
             self.fused_weights()  # before any capture: fusing replaces the weight tensors that graphs read
             try:
                 slot = KVSlot(self.model, slot_tokens, self.device, self.dtype)
@@ -299,10 +290,9 @@ class Qwen3VLEngine(Engine):
                 pixel_values, grid = preprocess(shot, self.pp, self.device)
                 self._sync()
                 t1 = time.perf_counter()
-                with self.vision_attention.scope():
-                    vo = self.model.model.get_image_features(
-                        pixel_values, grid, return_dict=True, **self._vision_kwargs(grid)
-                    )
+                vo = self.model.model.get_image_features(
+                    pixel_values, grid, return_dict=True, **self._vision_kwargs(grid)
+                )
                 feats = Features(
                     vo.pooler_output[0],
                     tuple(level[0] for level in vo.deepstack_features),
