@@ -188,12 +188,10 @@ def _compiled_prefill(model, layers, mode: str):
     """`FastPrefill` with its pieces compiled for any number of tokens (automatic dynamic shapes: the
     second length seen makes the tokens dimension symbolic), built on dummy inputs like the batch's."""
     from qvl_agent.engine.fast_prefill import FastPrefill
-    from qvl_agent.engine.fast_step import Pieces
 
     prefill = FastPrefill(model, layers, compile=lambda f: torch.compile(f, mode=mode, fullgraph=True))
     for t in (16, 32):
-        pair = Pieces(prefill._attn_in, prefill._attn_out_mlp, None)
-        warm_pieces(pair, prefill.lm.config, layers[0], 1, t, "packed")
+        warm_pieces(prefill.pieces, prefill.lm.config, layers[0], 1, t, "packed")
     return prefill
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from qvl_agent.engine.fast_step import LayerWeights, pieces
+from qvl_agent.engine.fast_step import Aranges, LayerWeights, pieces
 
 
 class FastPrefill:
@@ -37,18 +37,11 @@ class FastPrefill:
     def __init__(self, model, layers: list[LayerWeights], compile: Callable = lambda f: f):
         self.lm = model.model.language_model
         text = self.lm.config
-        p = pieces(text, "packed", compile)
-        self._attn_in, self._attn_out_mlp = p.attn_in, p.attn_out_mlp
+        self.pieces = pieces(text, "packed", compile)  # `final` unused: the caller picks the positions
         self.groups = text.num_attention_heads // text.num_key_value_heads
         self.layers = layers
         self.scale = self.lm.layers[0].self_attn.scaling
-        self._ranges: dict[tuple, torch.Tensor] = {}
-
-    def _range(self, n: int, device) -> torch.Tensor:
-        key = (n, str(device))
-        if key not in self._ranges:
-            self._ranges[key] = torch.arange(n, device=device)
-        return self._ranges[key]
+        self._range = Aranges()
 
     def __call__(self, embeds: torch.Tensor, pos: torch.Tensor, cache, deepstack: list[torch.Tensor]) -> torch.Tensor:
         t = embeds.shape[1]
@@ -63,11 +56,11 @@ class FastPrefill:
         mask = torch.zeros_like(allowed, dtype=embeds.dtype).masked_fill_(~allowed, float("-inf"))
         h = embeds
         for i, (kv, w) in enumerate(zip(layers, self.layers, strict=True)):
-            q, k, v = self._attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
+            q, k, v = self.pieces.attn_in(h, w.ln1, w.qkv, w.q_norm, w.k_norm, cos, sin)
             kv.keys.index_copy_(2, index, k)
             kv.values.index_copy_(2, index, v)
             o = F.scaled_dot_product_attention(q, kv.keys, kv.values, attn_mask=mask, scale=self.scale)
-            h = self._attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
+            h = self.pieces.attn_out_mlp(h, o, w.o, w.ln2, w.gate_up, w.down)
             if i < len(deepstack):
                 h = h + deepstack[i]
         torch._foreach_add_([kv.cumulative_length for kv in layers], t)

@@ -114,6 +114,20 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 ATTENTION = ("gqa", "packed")  # how a decode step attends (see the module docstring)
 
 
+class Aranges:
+    """`torch.arange(n)` on a device, made once per (n, device): a step captured in a graph reads the same
+    tensor at every replay, and a step run eagerly does not build it again."""
+
+    def __init__(self):
+        self._made: dict[tuple, torch.Tensor] = {}
+
+    def __call__(self, n: int, device) -> torch.Tensor:
+        key = (n, str(device))
+        if key not in self._made:
+            self._made[key] = torch.arange(n, device=device)
+        return self._made[key]
+
+
 @dataclass
 class Pieces:
     """A step's element-wise work between its matrix products, for `n` rows of `t` tokens each (`h`:
@@ -186,14 +200,8 @@ class FastStep:
         self.layers = layers
         self.scale = self.lm.layers[0].self_attn.scaling
         self.gqa = attention == "gqa"
-        self._ranges: dict[tuple, torch.Tensor] = {}
+        self._range = Aranges()
         self._attn_in, self._attn_out_mlp, self._final = p.attn_in, p.attn_out_mlp, p.final
-
-    def _range(self, n: int, device) -> torch.Tensor:
-        key = (n, str(device))
-        if key not in self._ranges:
-            self._ranges[key] = torch.arange(n, device=device)
-        return self._ranges[key]
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, cache) -> torch.Tensor:
         h = self.lm.embed_tokens(ids)
